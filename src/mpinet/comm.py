@@ -1,0 +1,111 @@
+"""Communication for the three designs; the only module that imports mpi4py.
+
+`Comm` wraps MPI.COMM_WORLD (or nothing, for `serial`), uses only buffer-based
+(uppercase) calls on numpy arrays, and counts the seconds and payload bytes each rank
+spends in them, so the training loop reports compute and communication separately.
+"""
+
+import socket
+import time
+
+import numpy as np
+
+PS_GRAD_TAG = 1  # worker -> server: the lr-scaled gradient of one step
+PS_WEIGHTS_TAG = 2  # server -> worker: the main weights after the update
+
+
+class Comm:
+    """A communicator with timing; `Comm(None)` is the one-process stand-in that never loads MPI."""
+
+    def __init__(self, mpi_comm=None):
+        self.mpi = mpi_comm
+        self.rank = mpi_comm.Get_rank() if mpi_comm is not None else 0
+        self.size = mpi_comm.Get_size() if mpi_comm is not None else 1
+        self.seconds = 0.0  # time spent inside MPI calls
+        self.bytes_sent = 0  # payload bytes this rank handed to MPI sends and reductions
+
+    def sum_inplace(self, buf: np.ndarray) -> None:
+        """Element-wise sum of buf over all ranks, in place (one MPI_Allreduce)."""
+        if self.mpi is None:
+            return
+        from mpi4py import MPI
+
+        t = time.perf_counter()
+        self.mpi.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        self.seconds += time.perf_counter() - t
+        self.bytes_sent += buf.nbytes
+
+    def sum_untimed(self, buf: np.ndarray) -> None:
+        """Like sum_inplace, for bookkeeping (metrics) that is not part of the training exchange."""
+        if self.mpi is not None:
+            from mpi4py import MPI
+
+            self.mpi.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+
+    def max(self, value: float) -> float:
+        if self.mpi is None:
+            return value
+        from mpi4py import MPI
+
+        buf = np.array([value], dtype=np.float64)
+        self.mpi.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+        return float(buf[0])
+
+    def bcast(self, buf: np.ndarray, root: int = 0) -> None:
+        if self.mpi is not None:
+            self.mpi.Bcast(buf, root=root)
+
+    def server_step(self, params: np.ndarray, grads: np.ndarray, inbox: np.ndarray) -> None:
+        """Parameter server: receive every worker's gradient, update the main weights, send them back.
+
+        inbox: float[workers, n_params]. All receives are posted at once, so a slow worker
+        never holds up the others' messages; summing in rank order after Waitall keeps the
+        result deterministic.
+        """
+        from mpi4py import MPI
+
+        t = time.perf_counter()
+        reqs = [self.mpi.Irecv(inbox[w - 1], source=w, tag=PS_GRAD_TAG) for w in range(1, self.size)]
+        MPI.Request.Waitall(reqs)
+        self.seconds += time.perf_counter() - t
+        np.sum(inbox, axis=0, out=grads)
+        params -= grads
+        t = time.perf_counter()
+        reqs = [self.mpi.Isend(params, dest=w, tag=PS_WEIGHTS_TAG) for w in range(1, self.size)]
+        MPI.Request.Waitall(reqs)
+        self.seconds += time.perf_counter() - t
+        self.bytes_sent += params.nbytes * (self.size - 1)
+
+    def worker_step(self, params: np.ndarray, grads: np.ndarray) -> None:
+        """Parameter-server worker: send the step's gradient to rank 0, receive the new weights."""
+        t = time.perf_counter()
+        self.mpi.Send(grads, dest=0, tag=PS_GRAD_TAG)
+        self.mpi.Recv(params, source=0, tag=PS_WEIGHTS_TAG)
+        self.seconds += time.perf_counter() - t
+        self.bytes_sent += grads.nbytes
+
+    def gather_strings(self, value: str) -> list[str]:
+        """Every rank's value, on every rank (small strings; pickled lowercase call is fine here)."""
+        return [value] if self.mpi is None else self.mpi.allgather(value)
+
+    def abort(self, code: int = 1) -> None:
+        """End every rank of the job now; used when one rank fails so that no rank waits for ever."""
+        if self.mpi is not None and self.size > 1:
+            self.mpi.Abort(code)
+
+
+def world() -> Comm:
+    """MPI.COMM_WORLD, initialising MPI on first use (mpi4py is imported only here)."""
+    from mpi4py import MPI
+
+    return Comm(MPI.COMM_WORLD)
+
+
+def mpi_library_version() -> str:
+    from mpi4py import MPI
+
+    return MPI.Get_library_version().strip().splitlines()[0]
+
+
+def hostname() -> str:
+    return socket.gethostname()

@@ -1,0 +1,83 @@
+"""The on-disk form of a preprocessed dataset, shared by the preprocessing and training steps.
+
+A dataset directory holds float32 feature arrays and int64 label arrays as .npy files
+(memory-mappable), `classes.json` (class names, index = label) and `summary.json`.
+"""
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mpinet import MpinetError
+
+FILES = ("train_x.npy", "train_y.npy", "test_x.npy", "test_y.npy", "classes.json", "summary.json")
+
+
+@dataclass
+class Arrays:
+    """Training and test arrays of one dataset; x: float32[n, features], y: int64[n]."""
+
+    train_x: np.ndarray
+    train_y: np.ndarray
+    test_x: np.ndarray
+    test_y: np.ndarray
+    classes: list[str]
+
+
+def load(directory: str | Path, check_values: bool = True) -> Arrays:
+    """Open a dataset directory memory-mapped and check it is consistent."""
+    d = Path(directory)
+    for name in FILES[:5]:
+        if not (d / name).is_file():
+            raise MpinetError(f"{d / name}: missing; expected a dataset written by the preprocessing step")
+    try:
+        arrays = Arrays(
+            *(np.load(d / f, mmap_mode="r") for f in FILES[:4]),
+            classes=json.loads((d / "classes.json").read_text()),
+        )
+    except ValueError as e:
+        raise MpinetError(f"{d}: unreadable array file ({e})") from None
+    check(arrays, str(d), check_values)
+    return arrays
+
+
+def check(a: Arrays, where: str, check_values: bool = True) -> None:
+    """Raise MpinetError naming the problem if the arrays do not form a usable dataset."""
+    for split in ("train", "test"):
+        x, y = getattr(a, f"{split}_x"), getattr(a, f"{split}_y")
+        if x.ndim != 2 or y.ndim != 1:
+            raise MpinetError(f"{where}: {split}_x must be 2-D and {split}_y 1-D, got {x.shape} and {y.shape}")
+        if len(x) != len(y):
+            raise MpinetError(f"{where}: {split}_x has {len(x)} rows but {split}_y has {len(y)} labels")
+        if len(x) == 0:
+            raise MpinetError(f"{where}: the {split} split is empty")
+        if not np.issubdtype(y.dtype, np.integer):
+            raise MpinetError(f"{where}: {split}_y must hold integer labels, got {y.dtype}")
+        bad = (np.asarray(y) < 0) | (np.asarray(y) >= len(a.classes))
+        if bad.any():
+            raise MpinetError(
+                f"{where}: {split}_y[{int(np.argmax(bad))}] = {int(y[np.argmax(bad)])} is outside the "
+                f"{len(a.classes)} classes of classes.json"
+            )
+        if check_values:
+            for start in range(0, len(x), 4096):  # chunked: never loads a whole memory map
+                if not np.isfinite(x[start : start + 4096]).all():
+                    row = start + int(np.argmin(np.isfinite(x[start : start + 4096]).all(axis=1)))
+                    raise MpinetError(f"{where}: {split}_x row {row} holds NaN or infinite features")
+    if a.train_x.shape[1] != a.test_x.shape[1]:
+        raise MpinetError(
+            f"{where}: train_x has {a.train_x.shape[1]} features but test_x has {a.test_x.shape[1]}"
+        )
+    if len(a.classes) < 2:
+        raise MpinetError(f"{where}: classes.json lists {len(a.classes)} class; at least 2 are needed")
+
+
+def write_json(path: str | Path, obj) -> None:
+    """Write JSON atomically (temporary file, then rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)

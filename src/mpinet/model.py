@@ -1,0 +1,178 @@
+"""The network: input -> hidden layers -> output, sigmoid units, L2 or cross-entropy loss.
+
+All parameters live in one flat buffer and all gradients in another; the per-layer
+weight and bias arrays are views into them, so a whole gradient can be reduced by one
+MPI call without packing, and an SGD update is one subtraction.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+LOSSES = ("l2", "xent")
+EPS = 1e-5  # variance floor of the per-sample standardization
+
+
+@dataclass
+class Net:
+    """Layer sizes and the options that change the forward pass."""
+
+    sizes: tuple[int, ...]  # (input, hidden..., output)
+    loss: str = "l2"
+    standardize: bool = True
+    dtype: np.dtype = np.dtype(np.float32)
+
+    @property
+    def n_params(self) -> int:
+        return sum(a * b + b for a, b in zip(self.sizes[:-1], self.sizes[1:]))
+
+
+def layer_views(net: Net, flat: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per-layer (W: [in, out], b: [out]) views into a flat buffer of n_params values."""
+    views, offset = [], 0
+    for n_in, n_out in zip(net.sizes[:-1], net.sizes[1:]):
+        w = flat[offset : offset + n_in * n_out].reshape(n_in, n_out)
+        offset += n_in * n_out
+        views.append((w, flat[offset : offset + n_out]))
+        offset += n_out
+    return views
+
+
+def init_params(net: Net, seed: int) -> np.ndarray:
+    """Seeded zero-mean weights, uniform in +-sqrt(3/fan_in) (unit variance pre-activations); zero biases."""
+    rng = np.random.default_rng(seed)
+    flat = np.zeros(net.n_params, dtype=net.dtype)
+    for w, _ in layer_views(net, flat):
+        bound = np.sqrt(3.0 / w.shape[0])
+        w[...] = rng.uniform(-bound, bound, size=w.shape)
+    return flat
+
+
+class Workspace:
+    """Activations for up to `batch` samples, allocated once so training steps make no large temporaries."""
+
+    def __init__(self, net: Net, batch: int):
+        self.batch = batch
+        dt = net.dtype
+        # a[l]: float[batch, sizes[l+1]] activations; h[l]: standardized pre-activations of hidden layer l
+        self.a = [np.empty((batch, n), dtype=dt) for n in net.sizes[1:]]
+        self.h = [np.empty((batch, n), dtype=dt) for n in net.sizes[1:-1]]
+        self.inv_std = [np.empty((batch, 1), dtype=dt) for _ in net.sizes[1:-1]]
+        self.delta = [np.empty((batch, n), dtype=dt) for n in net.sizes[1:]]
+        self.row = np.empty((batch, 1), dtype=dt)
+        self.pred = np.empty(batch, dtype=np.intp)
+
+
+def forward(net: Net, layers, x: np.ndarray, ws: Workspace) -> np.ndarray:
+    """Run x: float[n, input] (n <= ws.batch) through the net; returns the output activations, a view in ws."""
+    n = len(x)
+    a_prev = x
+    last = len(layers) - 1
+    for i, (w, b) in enumerate(layers):
+        z = ws.a[i][:n]
+        np.matmul(a_prev, w, out=z)
+        z += b
+        if i < last:
+            if net.standardize:
+                h = ws.h[i][:n]
+                _standardize(z, h, ws.inv_std[i][:n])
+                z[...] = h
+            _sigmoid(z)
+        elif net.loss == "xent":
+            _softmax(z, ws.row[:n])
+        else:
+            _sigmoid(z)
+        a_prev = z
+    return a_prev
+
+
+def loss_and_correct(net: Net, out: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    """Summed loss over the batch and the number of correct argmax predictions; y: int[n]."""
+    n = len(y)
+    picked = out[np.arange(n), y]
+    if net.loss == "xent":
+        loss = -float(np.log(np.maximum(picked, np.finfo(out.dtype).tiny)).sum(dtype=np.float64))
+    else:  # 0.5 * ||out - onehot||^2 = 0.5 * (sum out^2 - 2 out[y] + 1)
+        loss = 0.5 * (float(np.square(out).sum(dtype=np.float64)) - 2.0 * float(picked.sum(dtype=np.float64)) + n)
+    return loss, int(np.count_nonzero(np.argmax(out, axis=1) == y))
+
+
+def backward(net: Net, layers, grads, x: np.ndarray, y: np.ndarray, ws: Workspace, scale: float) -> None:
+    """Write scale * d(summed loss)/d(params) into the gradient views `grads`, after forward(x).
+
+    Training passes scale = learning_rate / global_batch, so the gradient buffer already
+    holds the averaged, lr-scaled step and the update is one subtraction.
+    """
+    n = len(x)
+    last = len(layers) - 1
+    out = ws.a[last][:n]
+    d = ws.delta[last][:n]
+    d[...] = out
+    d[np.arange(n), y] -= 1
+    if net.loss == "l2":  # d/dz 0.5 ||sigmoid(z) - t||^2 = (a - t) a (1 - a)
+        _mul_sigmoid_prime(d, out)
+    d *= net.dtype.type(scale)  # a numpy scalar of our dtype: no promotion to float64
+    for i in range(last, -1, -1):
+        w, _ = layers[i]
+        gw, gb = grads[i]
+        d = ws.delta[i][:n]
+        np.matmul((x if i == 0 else ws.a[i - 1][:n]).T, d, out=gw)
+        np.sum(d, axis=0, out=gb)
+        if i == 0:
+            break  # no gradient with respect to the input
+        d_prev = ws.delta[i - 1][:n]
+        np.matmul(d, w.T, out=d_prev)
+        _mul_sigmoid_prime(d_prev, ws.a[i - 1][:n])
+        if net.standardize:
+            _standardize_backward(d_prev, ws.h[i - 1][:n], ws.inv_std[i - 1][:n], ws.row[:n])
+
+
+def predict(net: Net, layers, x: np.ndarray, ws: Workspace) -> np.ndarray:
+    """Class indices int[n] for x."""
+    return np.argmax(forward(net, layers, x, ws), axis=1)
+
+
+# --- elementwise helpers, all in place and dtype-preserving ---------------------------
+
+
+def _sigmoid(z: np.ndarray) -> None:
+    with np.errstate(over="ignore"):  # exp overflow gives inf, and 1 / (1 + inf) = 0 is right
+        np.negative(z, out=z)
+        np.exp(z, out=z)
+    z += 1
+    np.reciprocal(z, out=z)
+
+
+def _softmax(z: np.ndarray, row: np.ndarray) -> None:
+    np.max(z, axis=1, keepdims=True, out=row)
+    z -= row
+    np.exp(z, out=z)
+    np.sum(z, axis=1, keepdims=True, out=row)
+    z /= row
+
+
+def _mul_sigmoid_prime(d: np.ndarray, a: np.ndarray) -> None:
+    """d *= a * (1 - a), with a the sigmoid output."""
+    d *= a
+    d -= d * a
+
+
+def _standardize(z: np.ndarray, h: np.ndarray, inv_std: np.ndarray) -> None:
+    """h = (z - mean) / sqrt(var + EPS) over the neurons of each sample (a LayerNorm without gain)."""
+    np.mean(z, axis=1, keepdims=True, out=inv_std)
+    np.subtract(z, inv_std, out=h)
+    np.mean(np.square(h), axis=1, keepdims=True, out=inv_std)
+    inv_std += z.dtype.type(EPS)
+    np.sqrt(inv_std, out=inv_std)
+    np.reciprocal(inv_std, out=inv_std)
+    h *= inv_std
+
+
+def _standardize_backward(d: np.ndarray, h: np.ndarray, inv_std: np.ndarray, row: np.ndarray) -> None:
+    """Turn dL/dh into dL/dz in place: dz = inv_std * (dh - mean(dh) - h * mean(dh * h))."""
+    np.mean(d * h, axis=1, keepdims=True, out=row)
+    dh_h = h * row
+    np.mean(d, axis=1, keepdims=True, out=row)
+    d -= row
+    d -= dh_h
+    d *= inv_std

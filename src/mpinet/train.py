@@ -1,0 +1,491 @@
+"""Training: the epoch loop shared by the serial, Allreduce and parameter-server designs, and its CLI.
+
+Sample order: in epoch e every rank draws the same permutation of the N training rows
+from the seed pair (seed, e). Step k takes the next global batch of b * D rows (D = ranks
+that train) and rank i trains on the i-th of D equal slices of it, read from the
+memory-mapped array. The averaged update of that step is therefore exactly the full-batch
+gradient of the global batch, so `allreduce` on P ranks with batch b equals `serial` with
+batch b * P, and the parameter server with P workers equals `allreduce` on P ranks.
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import signal
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mpinet import MpinetError, __version__, dataset
+from mpinet.comm import Comm, hostname, mpi_library_version, world
+from mpinet.model import LOSSES, Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
+
+ALGORITHMS = ("serial", "allreduce", "paramserver")
+DTYPES = ("float32", "float64")
+METRIC_COLUMNS = (
+    "epoch",
+    "train_loss",
+    "train_accuracy",
+    "test_loss",
+    "test_accuracy",
+    "time_s",
+    "compute_s",
+    "comm_s",
+    "eval_s",
+    "bytes_sent",
+)
+EVAL_BATCH = 1024
+
+
+@dataclass
+class Options:
+    """Everything that decides a run's result (and so its checkpoint's validity)."""
+
+    algorithm: str = "serial"
+    hidden: tuple[int, ...] = (30, 20)
+    batch_size: int = 4
+    learning_rate: float = 0.01
+    epochs: int = 100
+    seed: int = 1
+    loss: str = "l2"
+    standardize: bool = True
+    dtype: str = "float32"
+    sync_every: int = 1
+
+
+@dataclass
+class Result:
+    params: np.ndarray  # float[n_params], the final weights (identical on every rank)
+    net: Net
+    metrics: list[dict] = field(default_factory=list)  # one row per epoch, METRIC_COLUMNS
+    confusion: np.ndarray | None = None  # int64[classes, classes]: rows true, columns predicted
+    resumed_from_epoch: int = 0
+
+
+def check_options(opts: Options, ranks: int, n_train: int) -> None:
+    """Raise MpinetError naming the option if a run with these options cannot work."""
+    if opts.algorithm not in ALGORITHMS:
+        raise MpinetError(f"algorithm: unknown '{opts.algorithm}'; expected one of {', '.join(ALGORITHMS)}")
+    if opts.algorithm == "serial" and ranks != 1:
+        raise MpinetError(f"algorithm serial runs on 1 rank, not {ranks}; use allreduce or paramserver")
+    if opts.algorithm == "paramserver" and ranks < 2:
+        raise MpinetError("algorithm paramserver needs at least 2 ranks (rank 0 is the server), got 1")
+    if opts.batch_size < 1:
+        raise MpinetError(f"batch_size must be a positive integer, got {opts.batch_size}")
+    if not (opts.learning_rate > 0 and math.isfinite(opts.learning_rate)):
+        raise MpinetError(f"learning_rate must be positive, got {opts.learning_rate}")
+    if opts.epochs < 1:
+        raise MpinetError(f"epochs must be at least 1, got {opts.epochs}")
+    if not opts.hidden or min(opts.hidden) < 1:
+        raise MpinetError(f"hidden must list positive layer sizes, got {list(opts.hidden)}")
+    if opts.loss not in LOSSES:
+        raise MpinetError(f"loss: unknown '{opts.loss}'; expected one of {', '.join(LOSSES)}")
+    if opts.dtype not in DTYPES:
+        raise MpinetError(f"dtype: unknown '{opts.dtype}'; expected one of {', '.join(DTYPES)}")
+    if opts.sync_every < 1:
+        raise MpinetError(f"sync_every must be at least 1, got {opts.sync_every}")
+    if opts.sync_every > 1 and opts.algorithm != "allreduce":
+        raise MpinetError(f"sync_every > 1 (local SGD) applies to allreduce only, not {opts.algorithm}")
+    workers = data_ranks(opts.algorithm, ranks)
+    if workers > n_train:
+        raise MpinetError(f"{workers} training ranks but only {n_train} training samples; use fewer ranks")
+
+
+def data_ranks(algorithm: str, ranks: int) -> int:
+    """How many ranks train on data: all of them, except the parameter server's rank 0."""
+    return ranks - 1 if algorithm == "paramserver" else ranks
+
+
+def train(arrays: dataset.Arrays, opts: Options, comm: Comm, checkpoint: Path | None = None, log=None) -> Result:
+    """Train on `arrays` with the design in opts.algorithm over `comm`; every rank calls this."""
+    log = log or (lambda msg: None)
+    check_options(opts, comm.size, len(arrays.train_y))
+    dt = np.dtype(opts.dtype)
+    net = Net((arrays.train_x.shape[1], *opts.hidden, len(arrays.classes)), opts.loss, opts.standardize, dt)
+    params = init_params(net, opts.seed)
+    grads = np.zeros_like(params)
+    layers, grad_layers = layer_views(net, params), layer_views(net, grads)
+
+    is_server = opts.algorithm == "paramserver" and comm.rank == 0
+    n_data = data_ranks(opts.algorithm, comm.size)
+    my_slot = comm.rank - 1 if opts.algorithm == "paramserver" else comm.rank
+    inbox = np.empty((comm.size - 1, net.n_params), dtype=dt) if is_server else None
+    ws = Workspace(net, opts.batch_size)
+    xbuf = np.empty((ws.batch, net.sizes[0]), dtype=dt)
+
+    result = Result(params, net)
+    signature = _signature(opts, arrays, comm.size)
+    start_epoch = 0
+    if checkpoint is not None and checkpoint.exists():
+        start_epoch = _load_checkpoint(checkpoint, signature, params, result, log)
+    comm.bcast(params)  # identical weights everywhere, whatever a rank's RNG or file did
+
+    n = len(arrays.train_y)
+    global_batch = opts.batch_size * n_data
+    steps = math.ceil(n / global_batch)
+    lr = opts.learning_rate
+    for epoch in range(start_epoch + 1, opts.epochs + 1):
+        order = np.random.default_rng([opts.seed, epoch]).permutation(n)
+        sums = np.zeros(3)  # training loss, correct predictions, samples: this rank's share
+        comm_before, bytes_before = comm.seconds, comm.bytes_sent
+        t0 = time.perf_counter()
+        for k in range(steps):
+            batch = order[k * global_batch : (k + 1) * global_batch]
+            if is_server:
+                comm.server_step(params, grads, inbox)
+                continue
+            mine = np.sort(_slot(batch, my_slot, n_data))  # sorted: sequential reads of the memory map
+            x = _gather(arrays.train_x, mine, xbuf)
+            y = np.asarray(arrays.train_y[mine])
+            if opts.sync_every == 1:
+                scale = lr / len(batch)  # averages over the whole global batch once gradients are summed
+            else:
+                scale = lr / max(len(mine), 1)  # local SGD: every rank steps on its own slice
+            if len(mine):
+                out = forward(net, layers, x, ws)
+                loss, correct = loss_and_correct(net, out, y)
+                sums += (loss, correct, len(mine))
+                backward(net, layers, grad_layers, x, y, ws, scale)
+            else:
+                grads.fill(0)
+            if opts.algorithm == "paramserver":
+                comm.worker_step(params, grads)
+            elif opts.sync_every == 1:
+                comm.sum_inplace(grads)
+                params -= grads
+            else:
+                if len(mine):
+                    params -= grads
+                if (k + 1) % opts.sync_every == 0 or k == steps - 1:
+                    comm.sum_inplace(params)
+                    params *= dt.type(1.0 / n_data)
+        t_train = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        test_sums, confusion = _evaluate(net, layers, arrays.test_x, arrays.test_y, comm, ws.batch)
+        t_eval = time.perf_counter() - t0
+        comm.sum_untimed(sums)
+        row = _epoch_row(epoch, sums, test_sums, t_train, t_eval, comm, comm_before, bytes_before, not is_server)
+        if not all(math.isfinite(row[c]) for c in ("train_loss", "test_loss")):
+            if checkpoint is not None and comm.rank == 0:
+                checkpoint.unlink(missing_ok=True)
+            raise MpinetError(
+                f"training diverged in epoch {epoch}: loss is {row['train_loss']}; "
+                f"lower learning_rate (now {lr}) or use loss xent"
+            )
+        result.metrics.append(row)
+        result.confusion = confusion
+        log(
+            f"epoch {epoch}/{opts.epochs} train_loss={row['train_loss']:.4f} "
+            f"train_acc={row['train_accuracy']:.3f} test_acc={row['test_accuracy']:.3f} "
+            f"time={row['time_s']:.3f}s comm={row['comm_s']:.3f}s"
+        )
+        if checkpoint is not None and comm.rank == 0:
+            _save_checkpoint(checkpoint, signature, params, epoch, result.metrics)
+    if result.confusion is None:  # resumed after the last epoch: evaluate once for the matrix
+        _, result.confusion = _evaluate(net, layers, arrays.test_x, arrays.test_y, comm, ws.batch)
+    return result
+
+
+def _slot(batch: np.ndarray, slot: int, slots: int) -> np.ndarray:
+    """The slot-th of `slots` near-equal consecutive slices of batch (np.array_split's split)."""
+    q, r = divmod(len(batch), slots)
+    start = slot * q + min(slot, r)
+    return batch[start : start + q + (slot < r)]
+
+
+def _gather(x_all: np.ndarray, rows: np.ndarray, buf: np.ndarray) -> np.ndarray:
+    """Copy the given rows of a (memory-mapped) array into a contiguous buffer of the training dtype."""
+    out = buf[: len(rows)]
+    if x_all.dtype == out.dtype:
+        np.take(x_all, rows, axis=0, out=out)
+    else:
+        out[...] = x_all[rows]
+    return out
+
+
+def _evaluate(net, layers, x_all, y_all, comm: Comm, batch: int):
+    """Loss sum, correct count and count over the full test set, split across all ranks; and the confusion matrix."""
+    rows = _slot(np.arange(len(y_all)), comm.rank, comm.size)
+    k = net.sizes[-1]
+    ws = Workspace(net, max(batch, min(EVAL_BATCH, len(rows))))
+    buf = np.empty((ws.batch, net.sizes[0]), dtype=net.dtype)
+    sums = np.zeros(3 + k * k)  # loss, correct, count, then the flattened confusion matrix
+    confusion = sums[3:].reshape(k, k)
+    for start in range(0, len(rows), ws.batch):
+        idx = rows[start : start + ws.batch]
+        y = np.asarray(y_all[idx])
+        out = forward(net, layers, _gather(x_all, idx, buf), ws)
+        loss, correct = loss_and_correct(net, out, y)
+        sums[:3] += (loss, correct, len(idx))
+        np.add.at(confusion, (y, np.argmax(out, axis=1)), 1)
+    comm.sum_untimed(sums)
+    return sums[:3], sums[3:].reshape(k, k).astype(np.int64)
+
+
+def _epoch_row(epoch, sums, test_sums, t_train, t_eval, comm: Comm, comm_before, bytes_before, trains: bool):
+    comm_s = comm.seconds - comm_before
+    per_rank = np.array([(t_train - comm_s) * trains, comm_s * trains, trains], dtype=np.float64)
+    comm.sum_untimed(per_rank)  # means over the ranks that train
+    return {
+        "epoch": epoch,
+        "train_loss": sums[0] / sums[2],
+        "train_accuracy": sums[1] / sums[2],
+        "test_loss": test_sums[0] / test_sums[2],
+        "test_accuracy": test_sums[1] / test_sums[2],
+        "time_s": comm.max(t_train),
+        "compute_s": per_rank[0] / per_rank[2],
+        "comm_s": per_rank[1] / per_rank[2],
+        "eval_s": comm.max(t_eval),
+        "bytes_sent": int(comm.max(float(comm.bytes_sent - bytes_before))),
+    }
+
+
+# --- checkpoints ------------------------------------------------------------------------
+
+
+def _signature(opts: Options, arrays: dataset.Arrays, ranks: int) -> str:
+    """What a checkpoint must match to be resumed: options, data shapes and rank count."""
+    return json.dumps(
+        {
+            "options": asdict(opts),
+            "ranks": ranks,
+            "train": list(arrays.train_x.shape),
+            "test": list(arrays.test_x.shape),
+            "classes": arrays.classes,
+            "version": __version__,
+        },
+        sort_keys=True,
+    )
+
+
+def _save_checkpoint(path: Path, signature: str, params: np.ndarray, epoch: int, metrics: list[dict]) -> None:
+    """Weights, completed epoch and metrics so far, written atomically. The sample order needs no
+    saved RNG state: it is drawn afresh from (seed, epoch) in every epoch."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.npz")
+    np.savez(tmp, params=params, epoch=epoch, metrics=json.dumps(metrics), signature=signature)
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path: Path, signature: str, params: np.ndarray, result: Result, log) -> int:
+    with np.load(path) as ck:
+        if str(ck["signature"]) != signature:
+            log(f"checkpoint {path} belongs to a different run; starting from epoch 1")
+            return 0
+        params[...] = ck["params"]
+        result.metrics = json.loads(str(ck["metrics"]))
+        epoch = int(ck["epoch"])
+    result.resumed_from_epoch = epoch
+    log(f"resuming from checkpoint {path} after epoch {epoch}")
+    return epoch
+
+
+# --- outputs ----------------------------------------------------------------------------
+
+
+def write_outputs(out: Path, result: Result, opts: Options, arrays: dataset.Arrays, meta: dict) -> None:
+    """metrics.csv, confusion.csv, weights.npz and run.json (last), each written atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    tag = f".tmp{os.getpid()}"
+    tmp = out / f"metrics.csv{tag}"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+        w.writeheader()
+        w.writerows(result.metrics)
+    os.replace(tmp, out / "metrics.csv")
+    tmp = out / f"confusion.csv{tag}"
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["true\\predicted", *arrays.classes])
+        for name, row in zip(arrays.classes, result.confusion):
+            w.writerow([name, *row.tolist()])
+    os.replace(tmp, out / "confusion.csv")
+    tmp = out / f"weights{tag}.npz"
+    np.savez(tmp, params=result.params, sizes=np.array(result.net.sizes))
+    os.replace(tmp, out / "weights.npz")
+    dataset.write_json(out / "run.json", {"options": asdict(opts), **meta})
+
+
+def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays, blas_threads: int) -> dict:
+    """Provenance for run.json; called on every rank (host names are gathered)."""
+    from threadpoolctl import threadpool_info
+
+    hosts = comm.gather_strings(hostname())
+    meta = {
+        "ranks": comm.size,
+        "data_ranks": data_ranks(opts.algorithm, comm.size),
+        "hosts": sorted(set(hosts)),
+        "data": {
+            "path": str(data_dir),
+            "train_samples": len(arrays.train_y),
+            "test_samples": len(arrays.test_y),
+            "features": int(arrays.train_x.shape[1]),
+            "classes": arrays.classes,
+        },
+        "mpinet": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "blas": [
+            {k: i.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
+            for i in threadpool_info()
+            if i.get("user_api") == "blas"
+        ],
+        "blas_threads": blas_threads,
+        "environment": {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ},
+    }
+    if comm.mpi is not None:
+        import mpi4py
+
+        meta["mpi"] = {"library": mpi_library_version(), "mpi4py": mpi4py.__version__}
+    return meta
+
+
+# --- command line -----------------------------------------------------------------------
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m mpinet.train",
+        description=(
+            "Train the fully connected sigmoid network on a preprocessed dataset. "
+            "serial runs as one plain process; allreduce and paramserver run under an MPI "
+            "launcher, e.g. `mpiexec -n 3 python -m mpi4py -m mpinet.train --algorithm "
+            "paramserver --expect-ranks 3 ...` or `srun --mpi=pmi2 -n 3 ...`."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    d = Options()
+    p.add_argument("--data", required=True, help="dataset directory written by the preprocessing step")
+    p.add_argument("--out", required=True, help="directory for metrics.csv, confusion.csv, weights.npz, run.json")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default=d.algorithm, help="training design")
+    p.add_argument("--hidden", type=int, nargs="+", default=list(d.hidden), help="hidden layer sizes")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="samples per step per training rank")
+    p.add_argument("--learning-rate", type=float, default=d.learning_rate, help="SGD step size")
+    p.add_argument("--epochs", type=int, default=d.epochs, help="passes over the training set")
+    p.add_argument("--seed", type=int, default=d.seed, help="seeds the initial weights and the sample order")
+    p.add_argument("--loss", choices=LOSSES, default=d.loss, help="l2 on one-hot labels or softmax cross-entropy")
+    p.add_argument(
+        "--standardize",
+        type=_boolean,
+        default=d.standardize,
+        help="standardize each sample's hidden pre-activations (true/false)",
+    )
+    p.add_argument("--dtype", choices=DTYPES, default=d.dtype, help="floating-point type of the computation")
+    p.add_argument(
+        "--sync-every",
+        type=int,
+        default=d.sync_every,
+        help="allreduce only: 1 averages gradients every step; k > 1 averages weights every k steps (local SGD)",
+    )
+    p.add_argument("--blas-threads", type=int, default=1, help="BLAS threads per rank")
+    p.add_argument(
+        "--expect-ranks",
+        type=int,
+        default=None,
+        help="fail at once unless the MPI communicator has exactly this many ranks",
+    )
+    p.add_argument("--checkpoint", default=None, help="checkpoint file, written every epoch and resumed from")
+    return p.parse_args(argv)
+
+
+def options_from_args(a: argparse.Namespace) -> Options:
+    return Options(
+        algorithm=a.algorithm,
+        hidden=tuple(a.hidden),
+        batch_size=a.batch_size,
+        learning_rate=a.learning_rate,
+        epochs=a.epochs,
+        seed=a.seed,
+        loss=a.loss,
+        standardize=a.standardize,
+        dtype=a.dtype,
+        sync_every=a.sync_every,
+    )
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    opts = options_from_args(args)
+    comm = Comm(None) if opts.algorithm == "serial" else world()
+    log = _logger(comm)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _interrupted(comm, args.checkpoint))
+    try:
+        expected = args.expect_ranks if args.expect_ranks is not None else comm.size
+        if comm.size != expected:
+            raise MpinetError(
+                f"the MPI communicator has {comm.size} rank(s) but --expect-ranks is {expected}; start "
+                f"the job with `mpiexec -n {expected}` or `srun --mpi=pmi2 -n {expected}` (a launcher "
+                "without MPI support starts independent 1-rank copies)"
+            )
+        if args.blas_threads < 1:
+            raise MpinetError(f"--blas-threads must be at least 1, got {args.blas_threads}")
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=args.blas_threads, user_api="blas"):
+            arrays = dataset.load(args.data, check_values=comm.rank == 0)
+            log(f"{opts.algorithm} on {comm.size} rank(s): {len(arrays.train_y)} training samples, "
+                f"{len(arrays.test_y)} test samples, {arrays.train_x.shape[1]} features")
+            t0 = time.perf_counter()
+            ck = Path(args.checkpoint) if args.checkpoint else None
+            result = train(arrays, opts, comm, ck, log)
+            meta = run_metadata(comm, opts, args.data, arrays, args.blas_threads)
+            meta["train_seconds"] = time.perf_counter() - t0
+            meta["resumed_from_epoch"] = result.resumed_from_epoch
+            if comm.rank == 0:
+                write_outputs(Path(args.out), result, opts, arrays, meta)
+                if ck is not None:
+                    ck.unlink(missing_ok=True)
+                log(f"wrote {args.out}")
+        return 0
+    except MpinetError as e:
+        print(f"mpinet.train: error: {e}", file=sys.stderr, flush=True)
+        comm.abort(1)
+        return 1
+    except Exception:
+        traceback.print_exc()
+        sys.stderr.flush()
+        comm.abort(1)
+        return 1
+
+
+def _boolean(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("true", "yes", "1", "on"):
+        return True
+    if t in ("false", "no", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _logger(comm: Comm):
+    def log(msg: str) -> None:
+        if comm.rank == 0:
+            print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    return log
+
+
+def _interrupted(comm: Comm, checkpoint):
+    """SLURM's time limit, scancel and preemption send SIGTERM: leave at once, keeping the
+    last complete checkpoint (it is only ever replaced atomically)."""
+
+    def handler(signum, frame):
+        if comm.rank == 0:
+            kept = f"; checkpoint {checkpoint} is kept for the rerun" if checkpoint else ""
+            print(f"mpinet.train: stopped by {signal.Signals(signum).name}{kept}", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+
+    return handler
+
+
+if __name__ == "__main__":
+    sys.exit(main())
