@@ -6,6 +6,7 @@ A dataset directory holds float32 feature arrays and int64 label arrays as .npy 
 
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,37 @@ def check(a: Arrays, where: str, check_values: bool = True) -> None:
         )
     if len(a.classes) < 2:
         raise MpinetError(f"{where}: classes.json lists {len(a.classes)} class; at least 2 are needed")
+
+
+def write(out_dir: str | Path, staging: Path, classes: list[str], summary: dict) -> None:
+    """Finish a dataset: move the four arrays from `staging` into out_dir, then classes and summary last."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(staging / "classes.json", classes)
+    for name in FILES[:5]:
+        os.replace(staging / name, out / name)
+    write_json(out / "summary.json", summary)
+
+
+def staging_dir(out_dir: str | Path) -> Path:
+    """An empty scratch directory beside out_dir; nothing appears in out_dir until write()."""
+    out = Path(out_dir)
+    tmp = out.parent / f".{out.name}.partial"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def value_stats(x: np.ndarray) -> dict:
+    """min, max, mean and std of a (memory-mapped) array, read in chunks."""
+    lo, hi, s, ss, n = np.inf, -np.inf, 0.0, 0.0, 0
+    for start in range(0, len(x), 2048):
+        c = np.asarray(x[start : start + 2048], dtype=np.float64)
+        lo, hi = min(lo, c.min()), max(hi, c.max())
+        s, ss, n = s + c.sum(), ss + np.square(c).sum(), n + c.size
+    mean = s / n
+    return {"min": float(lo), "max": float(hi), "mean": float(mean), "std": float(np.sqrt(max(ss / n - mean**2, 0)))}
 
 
 def write_json(path: str | Path, obj) -> None:

@@ -51,7 +51,7 @@ class Options:
     algorithm: str = "serial"
     hidden: tuple[int, ...] = (30, 20)
     batch_size: int = 4
-    learning_rate: float = 0.01
+    learning_rate: float = 0.3  # for gradients averaged over the global batch
     epochs: int = 100
     seed: int = 1
     loss: str = "l2"

@@ -1,0 +1,100 @@
+"""Metrics tables from recorded runs: per epoch, per run (with speedup against the serial baseline), per configuration."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mpinet.experiments import COLUMNS
+
+PARAMS = ["dataset", *COLUMNS]
+# A run's serial baseline has the same data, per-rank batch, model and seed (lr and epochs do not change an epoch's time).
+BASELINE_KEYS = ["dataset", "batch_size", "hidden", "loss", "standardize", "dtype", "seed"]
+
+
+def load_epochs(runs: list[dict]) -> pd.DataFrame:
+    """One row per run and epoch: the run's parameters, its metrics.csv and its training-set size.
+
+    runs: dicts holding every PARAMS key and `dir`, the run's output directory.
+    """
+    frames = []
+    for run in runs:
+        d = Path(run["dir"])
+        m = pd.read_csv(d / "metrics.csv")
+        meta = json.loads((d / "run.json").read_text())
+        for key in PARAMS:
+            m[key] = run[key]
+        m["train_samples"] = meta["data"]["train_samples"]
+        m["run_dir"] = str(d)
+        frames.append(m)
+    front = [*PARAMS, "run_dir", "train_samples"]
+    df = pd.concat(frames, ignore_index=True)
+    return df[front + [c for c in df.columns if c not in front]]
+
+
+def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame:
+    """One row per run: accuracy, timings, communication share, throughput, speedup and efficiency."""
+    rows = []
+    for run_dir, g in epochs.groupby("run_dir", sort=False):
+        g = g.sort_values("epoch")
+        total = g["time_s"].sum()
+        busy = g["compute_s"].sum() + g["comm_s"].sum()
+        reached = g.loc[g["test_accuracy"] >= target_accuracy, "epoch"]
+        first = g.iloc[0]
+        rows.append(
+            {
+                **{k: first[k] for k in PARAMS},
+                "run_dir": run_dir,
+                "epochs_run": len(g),
+                "final_test_accuracy": g["test_accuracy"].iloc[-1],
+                "best_test_accuracy": g["test_accuracy"].max(),
+                "final_train_loss": g["train_loss"].iloc[-1],
+                "median_epoch_s": g["time_s"].median(),
+                "median_compute_s": g["compute_s"].median(),
+                "median_comm_s": g["comm_s"].median(),
+                "total_train_s": total,
+                "comm_share": g["comm_s"].sum() / busy if busy > 0 else 0.0,
+                "bytes_sent": int(g["bytes_sent"].sum()),
+                "samples_per_s": first["train_samples"] * len(g) / total if total > 0 else np.nan,
+                "time_to_target_s": g["time_s"].cumsum()[g["epoch"] <= reached.iloc[0]].iloc[-1]
+                if len(reached)
+                else np.nan,
+            }
+        )
+    runs = pd.DataFrame(rows)
+    serial = runs[(runs["algorithm"] == "serial") & (runs["ranks"] == 1)]
+    base = serial.groupby(BASELINE_KEYS)["median_epoch_s"].mean().rename("serial_epoch_s")
+    runs = runs.merge(base, left_on=BASELINE_KEYS, right_index=True, how="left")
+    runs["speedup"] = runs["serial_epoch_s"] / runs["median_epoch_s"]
+    runs["efficiency"] = runs["speedup"] / runs["ranks"]  # per process started, the server included
+    runs["target_accuracy"] = target_accuracy
+    return runs
+
+
+def summarize_seeds(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean and standard deviation over the seeds of each configuration."""
+    keys = [c for c in PARAMS if c != "seed"]
+    measures = [
+        "final_test_accuracy",
+        "best_test_accuracy",
+        "median_epoch_s",
+        "comm_share",
+        "samples_per_s",
+        "speedup",
+        "efficiency",
+        "time_to_target_s",
+    ]
+    g = runs.groupby(keys, sort=False)[measures]
+    out = g.agg(["mean", "std"])
+    out.columns = [f"{m}_{s}" for m, s in out.columns]
+    out.insert(0, "seeds", g.size())
+    return out.reset_index()
+
+
+def write_tables(runs: list[dict], target_accuracy: float, epochs_csv, runs_csv, seeds_csv) -> None:
+    epochs = load_epochs(runs)
+    per_run = summarize_runs(epochs, target_accuracy)
+    epochs.to_csv(epochs_csv, index=False)
+    per_run.to_csv(runs_csv, index=False)
+    summarize_seeds(per_run).to_csv(seeds_csv, index=False)

@@ -1,0 +1,120 @@
+"""The experiment grid: config sweeps crossed into one row per training run."""
+
+import itertools
+
+import pandas as pd
+
+from mpinet import MpinetError
+from mpinet.train import ALGORITHMS, data_ranks
+
+# Grid columns in path order: what a user compares first comes first in results/runs/<dataset>/...
+COLUMNS = (
+    "algorithm",
+    "ranks",
+    "batch_size",
+    "learning_rate",
+    "epochs",
+    "hidden",
+    "loss",
+    "standardize",
+    "dtype",
+    "sync_every",
+    "seed",
+)
+DEFAULTS = {
+    "algorithm": "serial",
+    "ranks": 1,
+    "batch_size": 4,
+    "learning_rate": 0.3,
+    "epochs": 100,
+    "hidden": [30, 20],
+    "loss": "l2",
+    "standardize": True,
+    "dtype": "float32",
+    "sync_every": 1,
+    "seed": 1,
+}
+
+
+def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
+    """Cross every sweep's list values into rows; drop impossible combinations; one row per experiment.
+
+    `hidden` is one architecture when it is a list of sizes and a sweep when it is a list of lists.
+    """
+    rows = []
+    for i, sweep in enumerate(sweeps):
+        where = f"experiments[{i}]"
+        unknown = set(sweep) - set(COLUMNS) - {"dataset"}
+        if unknown:
+            raise MpinetError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected {', '.join(COLUMNS)}")
+        names = sweep.get("dataset")
+        for name in names if isinstance(names, list) else [names]:
+            if name not in datasets:
+                raise MpinetError(f"{where}.dataset: '{name}' is not defined under datasets ({', '.join(datasets)})")
+        values = {k: _as_list(k, sweep.get(k, DEFAULTS.get(k))) for k in ("dataset", *COLUMNS)}
+        before = len(rows)
+        for combo in itertools.product(*values.values()):
+            row = dict(zip(values, combo))
+            _check_row(row, where)
+            if _possible(row):
+                rows.append(row)
+        if len(rows) == before:
+            raise MpinetError(
+                f"{where}: no runnable combination (serial runs on 1 rank, paramserver needs at least 2 "
+                "ranks, sync_every > 1 needs allreduce)"
+            )
+    if not rows:
+        raise MpinetError("experiments: the list is empty; add at least one sweep")
+    df = pd.DataFrame(rows, columns=["dataset", *COLUMNS]).drop_duplicates(ignore_index=True)
+    df["hidden"] = df["hidden"].map(lambda h: "-".join(str(n) for n in h))
+    return df
+
+
+def train_arguments(row: dict) -> str:
+    """The `python -m mpinet.train` options for one experiment row (hidden as '30-20')."""
+    return " ".join(
+        [
+            f"--algorithm {row['algorithm']}",
+            f"--expect-ranks {row['ranks']}",
+            f"--batch-size {row['batch_size']}",
+            f"--learning-rate {row['learning_rate']}",
+            f"--epochs {row['epochs']}",
+            f"--hidden {' '.join(str(row['hidden']).split('-'))}",
+            f"--loss {row['loss']}",
+            f"--standardize {str(row['standardize']).lower()}",
+            f"--dtype {row['dtype']}",
+            f"--sync-every {row['sync_every']}",
+            f"--seed {row['seed']}",
+        ]
+    )
+
+
+def _as_list(key, value) -> list:
+    if key == "hidden":
+        if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+            return [tuple(v) for v in value]
+        return [tuple(value) if isinstance(value, list) else (value,)]
+    return value if isinstance(value, list) else [value]
+
+
+def _check_row(row: dict, where: str) -> None:
+    if row["algorithm"] not in ALGORITHMS:
+        raise MpinetError(f"{where}.algorithm: unknown '{row['algorithm']}'; expected one of {', '.join(ALGORITHMS)}")
+    for key in ("ranks", "batch_size", "epochs", "sync_every"):
+        if not isinstance(row[key], int) or isinstance(row[key], bool) or row[key] < 1:
+            raise MpinetError(f"{where}.{key}: must be a positive integer, got {row[key]!r}")
+    if not isinstance(row["learning_rate"], int | float) or row["learning_rate"] <= 0:
+        raise MpinetError(f"{where}.learning_rate: must be a positive number, got {row['learning_rate']!r}")
+    if not row["hidden"] or any(not isinstance(n, int) or n < 1 for n in row["hidden"]):
+        raise MpinetError(f"{where}.hidden: must list positive layer sizes, got {list(row['hidden'])!r}")
+
+
+def _possible(row: dict) -> bool:
+    """serial runs on one rank, paramserver needs a server and a worker, local SGD is allreduce's."""
+    if row["algorithm"] == "serial" and row["ranks"] != 1:
+        return False
+    if row["algorithm"] == "paramserver" and row["ranks"] < 2:
+        return False
+    if row["sync_every"] > 1 and row["algorithm"] != "allreduce":
+        return False
+    return data_ranks(row["algorithm"], row["ranks"]) >= 1

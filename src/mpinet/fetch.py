@@ -1,0 +1,199 @@
+"""Fetch a dataset source (URL, local archive or folder, or Kaggle) and unpack it safely.
+
+`fetch(source, out_dir)` leaves the dataset's files in out_dir, or raises MpinetError and
+leaves nothing: all work happens in a staging directory that is renamed into place at the end.
+"""
+
+import hashlib
+import os
+import shutil
+import stat
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from pathlib import Path, PurePosixPath
+
+from tqdm import tqdm
+
+from mpinet import MpinetError
+
+KAGGLE_PREFIX = "kaggle:"
+CHUNK = 1 << 20
+
+
+def fetch(
+    source: str, out_dir: str | Path, sha256: str | None = None, retries: int = 3, timeout: float = 60.0
+) -> Path:
+    """Materialize `source` as a directory of files at out_dir (archives are unpacked)."""
+    out = Path(out_dir)
+    staging = out.parent / f".{out.name}.partial"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    try:
+        if source.startswith(("http://", "https://")):
+            name = PurePosixPath(urllib.parse.urlparse(source).path).name or "download"
+            local = download(source, staging / ".download" / name, sha256, retries, timeout)
+            _place(local, staging)
+            shutil.rmtree(staging / ".download")
+        elif source.startswith(KAGGLE_PREFIX):
+            _place(Path(kaggle_download(source[len(KAGGLE_PREFIX) :])), staging)
+        else:
+            local = Path(source).expanduser()
+            if not local.exists():
+                raise MpinetError(f"source {source}: no such file or directory")
+            if sha256 and local.is_file():
+                _check_sha256(local, sha256, source)
+            _place(local, staging)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+        return out
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+def download(url: str, dest: Path, sha256: str | None = None, retries: int = 3, timeout: float = 60.0) -> Path:
+    """Stream url to dest with a progress bar, verifying sha256; dest appears only when complete and correct."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".part")
+    for attempt in range(1, retries + 1):
+        try:
+            digest = hashlib.sha256()
+            with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as f:
+                total = int(r.headers.get("Content-Length") or 0) or None
+                with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, file=sys.stderr, mininterval=1) as bar:
+                    while chunk := r.read(CHUNK):
+                        f.write(chunk)
+                        digest.update(chunk)
+                        bar.update(len(chunk))
+                if total is not None and f.tell() != total:
+                    raise MpinetError(f"{url}: download truncated at {f.tell()} of {total} bytes")
+            break
+        except urllib.error.HTTPError as e:
+            tmp.unlink(missing_ok=True)
+            if e.code < 500 or attempt == retries:
+                raise MpinetError(f"{url}: HTTP {e.code} {e.reason}") from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError, MpinetError) as e:
+            tmp.unlink(missing_ok=True)
+            if attempt == retries:
+                reason = getattr(e, "reason", e)
+                raise MpinetError(f"{url}: download failed after {retries} attempts ({reason})") from None
+        time.sleep(min(2 ** (attempt - 1), 10))
+    if sha256 and digest.hexdigest() != sha256.lower():
+        tmp.unlink(missing_ok=True)
+        raise MpinetError(f"{url}: sha256 is {digest.hexdigest()}, expected {sha256.lower()}")
+    os.replace(tmp, dest)
+    return dest
+
+
+def unpack(archive: Path, dest: Path) -> None:
+    """Extract a zip or tar (gz/bz2/xz) archive into dest after checking every member stays inside it."""
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as z:
+                members = z.infolist()
+                for m in members:
+                    _check_member(archive, m.filename, is_link=stat.S_ISLNK(m.external_attr >> 16))
+                bad = z.testzip()
+                if bad is not None:
+                    raise MpinetError(f"{archive}: member {bad} is corrupt (CRC mismatch)")
+                z.extractall(dest)
+        elif tarfile.is_tarfile(archive):
+            with tarfile.open(archive) as t:
+                members = t.getmembers()
+                for m in members:
+                    _check_member(
+                        archive, m.name, m.issym() or m.islnk(), m.linkname, m.isdev(), hard=m.islnk()
+                    )
+                if hasattr(tarfile, "data_filter"):
+                    t.extractall(dest, members=members, filter="data")
+                else:  # Python < 3.11.4: members were checked above
+                    t.extractall(dest, members=members)
+        else:
+            raise MpinetError(f"{archive}: not a zip or tar archive (or truncated)")
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
+        raise MpinetError(f"{archive}: truncated or corrupt archive ({e})") from None
+
+
+def is_archive(path: Path) -> bool:
+    return path.is_file() and (zipfile.is_zipfile(path) or tarfile.is_tarfile(path))
+
+
+def kaggle_download(ref: str) -> str:
+    """Download OWNER/DATASET through kagglehub; needs Kaggle credentials."""
+    if not _kaggle_credentials():
+        raise MpinetError(
+            f"kaggle:{ref}: no Kaggle credentials; set KAGGLE_USERNAME and KAGGLE_KEY (or put kaggle.json "
+            f"in ~/.kaggle/), or download the archive from https://www.kaggle.com/datasets/{ref} and set "
+            "the dataset's source to its local path"
+        )
+    try:
+        import kagglehub
+    except ImportError:
+        raise MpinetError("kaggle sources need the kagglehub package: pip install kagglehub") from None
+    try:
+        return kagglehub.dataset_download(ref)
+    except Exception as e:  # kagglehub raises many types; the user needs the message
+        raise MpinetError(f"kaggle:{ref}: download failed ({e})") from None
+
+
+def _kaggle_credentials() -> bool:
+    env = os.environ
+    if (env.get("KAGGLE_USERNAME") and env.get("KAGGLE_KEY")) or env.get("KAGGLE_API_TOKEN"):
+        return True
+    homes = [Path(env.get("KAGGLE_CONFIG_DIR", "~/.kaggle")).expanduser(), Path("~/.config/kaggle").expanduser()]
+    return any((h / f).is_file() for h in homes for f in ("kaggle.json", "access_token"))
+
+
+def _place(local: Path, staging: Path) -> None:
+    """Put a local file or folder's content into staging, unpacking archives."""
+    if local.is_dir():
+        shutil.copytree(local, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".download"))
+    elif is_archive(local):
+        unpack(local, staging)
+    elif local.suffix.lower() in (".zip", ".tar", ".gz", ".tgz", ".bz2", ".xz"):
+        raise MpinetError(f"{local}: truncated or corrupt archive")
+    else:
+        shutil.copy2(local, staging / local.name)
+
+
+def _check_member(
+    archive: Path, name: str, is_link: bool, link: str = "", special: bool = False, hard: bool = False
+) -> None:
+    p = PurePosixPath(name.replace("\\", "/"))
+    if p.is_absolute() or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        raise MpinetError(f"{archive}: member '{name}' has an absolute path; refusing to unpack")
+    if ".." in p.parts:
+        raise MpinetError(f"{archive}: member '{name}' points outside the target ('..'); refusing to unpack")
+    if special:
+        raise MpinetError(f"{archive}: member '{name}' is a device file; refusing to unpack")
+    if is_link:
+        target = PurePosixPath(link)
+        inside = target if hard else p.parent / target  # hard links name a path from the archive root
+        if not link or target.is_absolute() or _escapes(inside):
+            raise MpinetError(f"{archive}: link '{name}' -> '{link}' points outside the target; refusing to unpack")
+
+
+def _escapes(path: PurePosixPath) -> bool:
+    depth = 0
+    for part in path.parts:
+        depth += -1 if part == ".." else (0 if part == "." else 1)
+        if depth < 0:
+            return True
+    return False
+
+
+def _check_sha256(path: Path, expected: str, source: str) -> None:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    if h.hexdigest() != expected.lower():
+        raise MpinetError(f"{source}: sha256 is {h.hexdigest()}, expected {expected.lower()}")

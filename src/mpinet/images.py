@@ -1,0 +1,233 @@
+"""Image-folder datasets (Intel layout): find the splits, decode in parallel, write float32 .npy arrays.
+
+Features are the resized RGB pixels in height x width x channel order, scaled to [0, 1],
+optionally standardized per channel with statistics of the training split.
+"""
+
+import os
+import sys
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+from numpy.lib.format import open_memmap
+from PIL import Image
+from tqdm import tqdm
+
+from mpinet import MpinetError, dataset
+from mpinet.tables import stratified_split
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+SPLIT_NAMES = {"train": ("seg_train", "train"), "test": ("seg_test", "test"), "pred": ("seg_pred", "pred")}
+SYNTHETIC_MARKER = "SYNTHETIC.txt"
+
+
+def find_splits(root: str | Path) -> dict[str, Path | None]:
+    """The train, test and (unlabelled) pred folders under root, e.g. seg_train/seg_train/<class>/*.jpg.
+
+    A folder qualifies as a labelled split when its subfolders hold images, and as pred
+    when it holds images itself; the deepest such folder with a matching name wins, so
+    Kaggle's doubled seg_train/seg_train nesting and a plain train/<class> both work.
+    """
+    root = Path(root)
+    found: dict[str, Path | None] = {"train": None, "test": None, "pred": None}
+    for d, subdirs, files in sorted(os.walk(root)):
+        here = Path(d)
+        for split, names in SPLIT_NAMES.items():
+            if here.name.lower() not in names:
+                continue
+            if split == "pred":
+                ok = any(f.lower().endswith(IMAGE_SUFFIXES) for f in files)
+            else:
+                ok = any(_has_images(here / s) for s in subdirs)
+            if ok:
+                found[split] = here
+    if found["train"] is None:
+        raise MpinetError(
+            f"{root}: no training images found; expected seg_train/<class>/*.jpg or train/<class>/*.jpg"
+        )
+    return found
+
+
+def list_labelled(split_dir: Path) -> dict[str, list[Path]]:
+    """Class name -> sorted image files; an empty class folder is an error."""
+    classes = {}
+    for sub in sorted(p for p in split_dir.iterdir() if p.is_dir()):
+        files = sorted(f for f in sub.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise MpinetError(f"{sub}: class folder holds no images (expected *.jpg files)")
+        classes[sub.name] = files
+    return classes
+
+
+def prepare_images(
+    root: str | Path,
+    out_dir: str | Path,
+    image_size: int = 150,
+    standardize: bool = False,
+    test_fraction: float = 0.3,
+    seed: int = 0,
+    skip_bad_images: bool = False,
+    include_pred: bool = False,
+    workers: int | None = None,
+    source: str = "",
+) -> dict:
+    """Decode an image-folder dataset into a dataset directory; returns its summary."""
+    if image_size < 1:
+        raise MpinetError(f"image_size must be a positive integer, got {image_size}")
+    splits = find_splits(root)
+    train_cls = list_labelled(splits["train"])
+    classes = sorted(train_cls)
+    if len(classes) < 2:
+        raise MpinetError(f"{splits['train']}: only one class folder ({classes[0]}); need at least 2")
+    train_files, train_y = _flatten(train_cls, classes)
+    if splits["test"] is not None:
+        test_cls = list_labelled(splits["test"])
+        if sorted(test_cls) != classes:
+            only_train = sorted(set(classes) - set(test_cls))
+            only_test = sorted(set(test_cls) - set(classes))
+            raise MpinetError(
+                f"{splits['test']}: test classes differ from training classes "
+                f"(only in train: {only_train or 'none'}; only in test: {only_test or 'none'})"
+            )
+        test_files, test_y = _flatten(test_cls, classes)
+        made_split = False
+    else:
+        tr, te = stratified_split(train_y, test_fraction, seed)
+        test_files, test_y = [train_files[i] for i in te], train_y[te]
+        train_files, train_y = [train_files[i] for i in tr], train_y[tr]
+        made_split = True
+
+    staging = dataset.staging_dir(out_dir)
+    skipped: list[dict] = []
+    dim = image_size * image_size * 3
+    jobs = [("train", train_files, train_y), ("test", test_files, test_y)]
+    if include_pred and splits["pred"] is not None:
+        pred = sorted(f for f in splits["pred"].iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+        jobs.append(("pred", pred, None))
+    counts = {}
+    for split, files, y in jobs:
+        x_path = staging / f"{split}_x.npy"
+        kept = _decode_all(files, x_path, image_size, dim, skip_bad_images, skipped, workers, split)
+        if y is not None:
+            y = y[kept]
+            np.save(staging / f"{split}_y.npy", y)
+            counts[split] = {c: int((y == i).sum()) for i, c in enumerate(classes)}
+        else:
+            (staging / "pred_files.txt").write_text("".join(f"{files[i]}\n" for i in kept))
+        if y is not None and len(y) == 0:
+            raise MpinetError(f"{root}: every {split} image was skipped as unreadable")
+
+    channel_stats = None
+    if standardize:
+        mean, std = _channel_stats(np.load(staging / "train_x.npy", mmap_mode="r"))
+        for split, *_ in jobs:
+            _standardize_inplace(np.load(staging / f"{split}_x.npy", mmap_mode="r+"), mean, std)
+        channel_stats = {"mean": mean.tolist(), "std": std.tolist(), "from": "training split"}
+    train_x = np.load(staging / "train_x.npy", mmap_mode="r")
+    summary = {
+        "format": "images",
+        "source": source or str(root),
+        "classes": classes,
+        "counts": counts,
+        "shapes": {s: list(np.load(staging / f"{s}_x.npy", mmap_mode="r").shape) for s, *_ in jobs},
+        "dtype": "float32",
+        "image_size": image_size,
+        "layout": "height x width x RGB, flattened",
+        "standardization": channel_stats,
+        "values": dataset.value_stats(train_x),
+        "test_split": "made from the training folder" if made_split else str(splits["test"]),
+        "skipped_files": skipped,
+        "duplicates_dropped": 0,
+        "synthetic": (Path(root) / SYNTHETIC_MARKER).exists(),
+    }
+    del train_x
+    for extra in ("pred_x.npy", "pred_files.txt"):  # optional unlabelled images, moved before the summary
+        if (staging / extra).exists():
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            os.replace(staging / extra, Path(out_dir) / extra)
+    dataset.write(out_dir, staging, classes, summary)
+    staging.rmdir()
+    return summary
+
+
+def load_image(path: Path, size: int) -> np.ndarray:
+    """uint8[size, size, 3]: the file decoded by Pillow, converted to RGB and resized (bilinear) if needed."""
+    with Image.open(path) as img:
+        img = img.convert("RGB")
+        if img.size != (size, size):
+            img = img.resize((size, size), Image.Resampling.BILINEAR)
+        return np.asarray(img, dtype=np.uint8)
+
+
+def _decode_one(args):
+    path, size = args
+    try:
+        return load_image(path, size), None
+    except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError... for bad files
+        return None, f"{type(e).__name__}: {e}"
+
+
+def _decode_all(files, x_path, size, dim, skip_bad, skipped, workers, split) -> np.ndarray:
+    """Decode files in order into a float32[n, dim] .npy; returns the indices of the files kept."""
+    x = open_memmap(x_path, mode="w+", dtype=np.float32, shape=(len(files), dim))
+    kept = []
+    workers = workers or min(os.cpu_count() or 1, 8)
+    scale = np.float32(1 / 255)
+    with get_context("fork").Pool(workers) as pool:
+        results = pool.imap(_decode_one, ((f, size) for f in files), chunksize=16)
+        bar = tqdm(results, total=len(files), desc=f"decode {split}", unit="img", file=sys.stderr, mininterval=2)
+        for i, (pixels, err) in enumerate(bar):
+            if err is not None:
+                if not skip_bad:
+                    raise MpinetError(f"{files[i]}: cannot decode image ({err}); set skip_bad_images to skip it")
+                skipped.append({"file": str(files[i]), "error": err})
+                continue
+            np.multiply(pixels.reshape(-1), scale, out=x[len(kept)])
+            kept.append(i)
+    x.flush()
+    if len(kept) < len(files):  # skipped files: shrink the array to the images kept
+        del x
+        full = np.load(x_path, mmap_mode="r")
+        small_path = x_path.with_name("small_" + x_path.name)
+        small = open_memmap(small_path, mode="w+", dtype=np.float32, shape=(len(kept), dim))
+        for s in range(0, len(kept), 1024):
+            small[s : s + 1024] = full[s : s + 1024]
+        small.flush()
+        del small, full
+        os.replace(small_path, x_path)
+    return np.array(kept, dtype=np.intp)
+
+
+def _flatten(by_class: dict[str, list[Path]], classes: list[str]) -> tuple[list[Path], np.ndarray]:
+    files, labels = [], []
+    for i, c in enumerate(classes):
+        files += by_class[c]
+        labels += [i] * len(by_class[c])
+    return files, np.array(labels, dtype=np.int64)
+
+
+def _channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    s, ss, n = np.zeros(3), np.zeros(3), 0
+    for start in range(0, len(x), 512):
+        c = np.asarray(x[start : start + 512], dtype=np.float64).reshape(-1, 3)
+        s += c.sum(axis=0)
+        ss += np.square(c).sum(axis=0)
+        n += len(c)
+    mean = s / n
+    std = np.sqrt(np.maximum(ss / n - mean**2, 0))
+    std[std == 0] = 1.0
+    return mean, std
+
+
+def _standardize_inplace(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> None:
+    m, inv = mean.astype(np.float32), (1 / std).astype(np.float32)
+    for start in range(0, len(x), 512):
+        c = x[start : start + 512].reshape(-1, 3)
+        c -= m
+        c *= inv
+    x.flush()
+
+
+def _has_images(d: Path) -> bool:
+    return d.is_dir() and any(f.suffix.lower() in IMAGE_SUFFIXES for f in d.iterdir())

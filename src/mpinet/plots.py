@@ -1,0 +1,149 @@
+"""Figures from the metrics tables (seaborn, PNG). One curve per configuration, seeds averaged with a band."""
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+DESIGN_COLORS = {"serial": "#4d4d4d", "allreduce": "#1f77b4", "paramserver": "#d62728"}
+DESIGN_NAMES = {"serial": "serial", "allreduce": "Allreduce", "paramserver": "parameter server (Send/Recv)"}
+DPI = 110
+
+
+def training_curves(epochs: pd.DataFrame, title: str, path) -> None:
+    """Training loss and test accuracy per epoch, by design and rank count (the original's Loss/Accuracy figures)."""
+    df = _label(epochs)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, y, label in ((axes[0], "train_loss", "training loss (mean per sample)"), (axes[1], "test_accuracy", "test accuracy")):
+        sns.lineplot(data=df, x="epoch", y=y, hue="design", style="ranks", palette=_palette(df), errorbar="sd", ax=ax)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
+    axes[0].set_yscale("log")
+    axes[1].set_ylim(0, 1.02)
+    _finish(fig, axes, f"{title}: training curves (mean ± sd over seeds)", path)
+
+
+def scaling(runs: pd.DataFrame, title: str, path) -> None:
+    """Speedup and parallel efficiency against the 1-rank serial run, with the ideal lines."""
+    df = _label(runs[runs["algorithm"] != "serial"].dropna(subset=["speedup"]))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    ranks = sorted(runs["ranks"].unique())
+    if len(df):
+        sns.lineplot(data=df, x="ranks", y="speedup", hue="design", palette=_palette(df), marker="o", errorbar="sd", ax=axes[0])
+        sns.lineplot(data=df, x="ranks", y="efficiency", hue="design", palette=_palette(df), marker="o", errorbar="sd", ax=axes[1])
+    axes[0].plot(ranks, ranks, ls="--", color="grey", label="ideal")
+    axes[1].axhline(1.0, ls="--", color="grey", label="ideal")
+    axes[0].set_ylabel("speedup over serial (median epoch time)")
+    axes[1].set_ylabel("parallel efficiency (speedup / processes)")
+    for ax in axes:
+        ax.set_xlabel("MPI processes (ranks)")
+        ax.set_xticks(ranks)
+    _finish(fig, axes, f"{title}: strong scaling, fixed batch per rank", path)
+
+
+def time_split(runs: pd.DataFrame, title: str, path) -> None:
+    """Median epoch time split into compute and communication, per design and rank count."""
+    g = _label(runs).groupby(["design", "algorithm", "ranks"], sort=False)[["median_compute_s", "median_comm_s"]]
+    df = g.mean().reset_index().sort_values(["algorithm", "ranks"])
+    labels = [f"{d}\n{r} rank{'s' if r > 1 else ''}" for d, r in zip(df["design"], df["ranks"])]
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(df)), 4.5))
+    x = np.arange(len(df))
+    colors = [DESIGN_COLORS[a] for a in df["algorithm"]]
+    ax.bar(x, df["median_compute_s"] * 1e3, color=colors, label="compute")
+    ax.bar(x, df["median_comm_s"] * 1e3, bottom=df["median_compute_s"] * 1e3, color=colors, alpha=0.4, hatch="//", label="communication")
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_ylabel("time per epoch and rank (ms)")
+    ax.legend(handles=ax.patches[:1] + ax.patches[len(df) : len(df) + 1], labels=["compute", "communication (hatched)"])
+    _finish(fig, [ax], f"{title}: where an epoch's time goes", path)
+
+
+def time_to_accuracy(epochs: pd.DataFrame, title: str, path, target: float | None = None) -> None:
+    """Test accuracy against cumulative training time (fair across global batch sizes)."""
+    df = _label(epochs).sort_values(["run_dir", "epoch"])
+    df["elapsed_s"] = df.groupby("run_dir")["time_s"].cumsum()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    sns.lineplot(data=df, x="elapsed_s", y="test_accuracy", hue="design", style="ranks", units="run_dir", estimator=None, palette=_palette(df), ax=ax)
+    if target is not None:
+        ax.axhline(target, ls=":", color="grey", label=f"target {target:g}")
+    ax.set_xlabel("training wall-clock time (s)")
+    ax.set_ylabel("test accuracy")
+    ax.set_ylim(0, 1.02)
+    _finish(fig, [ax], f"{title}: time to accuracy (each line one run)", path)
+
+
+def confusion(confusion_csv, title: str, path) -> None:
+    """Heatmap of a run's final confusion matrix (rows true class, columns predicted)."""
+    m = pd.read_csv(confusion_csv, index_col=0)
+    fig, ax = plt.subplots(figsize=(1.2 * len(m) + 3, 0.9 * len(m) + 2.5))
+    sns.heatmap(m, annot=True, fmt="d", cmap="Blues", cbar_kws={"label": "test samples"}, ax=ax)
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel("true class")
+    _finish(fig, [ax], title, path, legend=False)
+
+
+def class_counts(summary_json, title: str, path) -> None:
+    """Samples per class in each split of a preprocessed dataset."""
+    s = json.loads(Path(summary_json).read_text())
+    df = pd.DataFrame([{"split": sp, "class": c, "samples": n} for sp, cs in s["counts"].items() for c, n in cs.items()])
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(s["classes"]) + 2), 4.5))
+    sns.barplot(data=df, x="class", y="samples", hue="split", ax=ax)
+    ax.set_xlabel("class")
+    ax.set_ylabel("samples")
+    kind = " (SYNTHETIC images)" if s.get("synthetic") else ""
+    _finish(fig, [ax], f"{title}{kind}: samples per class", path)
+
+
+def best_run(runs: pd.DataFrame, dataset: str) -> pd.Series:
+    """The dataset's run with the highest final test accuracy (ties: the fastest)."""
+    r = runs[runs["dataset"] == dataset].sort_values(["final_test_accuracy", "median_epoch_s"], ascending=[False, True])
+    return r.iloc[0]
+
+
+def plot_dataset(dataset: str, epochs_csv, runs_csv, summary_json, out: dict, target: float | None = None) -> None:
+    """Every figure of one dataset; out maps figure name -> PNG path."""
+    epochs = pd.read_csv(epochs_csv)
+    runs = pd.read_csv(runs_csv)
+    e, r = epochs[epochs["dataset"] == dataset], runs[runs["dataset"] == dataset]
+    training_curves(e, dataset, out["curves"])
+    scaling(r, dataset, out["scaling"])
+    time_split(r, dataset, out["time_split"])
+    time_to_accuracy(e, dataset, out["time_to_accuracy"], target)
+    best = best_run(runs, dataset)
+    confusion(
+        Path(best["run_dir"]) / "confusion.csv",
+        f"{dataset}: confusion matrix of the best run ({best['algorithm']}, {best['ranks']} ranks, "
+        f"seed {best['seed']}, test accuracy {best['final_test_accuracy']:.3f})",
+        out["confusion"],
+    )
+    class_counts(summary_json, dataset, out["class_counts"])
+
+
+def _label(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df["design"] = df["algorithm"].map(DESIGN_NAMES)
+    return df
+
+
+def _palette(df: pd.DataFrame) -> dict:
+    return {DESIGN_NAMES[a]: c for a, c in DESIGN_COLORS.items() if a in set(df["algorithm"])}
+
+
+def _finish(fig, axes, title: str, path, legend: bool = True) -> None:
+    fig.suptitle(title, fontsize=11)
+    if legend:
+        for ax in axes:
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=DPI)
+    plt.close(fig)
+    tmp.replace(path)

@@ -1,0 +1,48 @@
+"""Preprocess a fetched dataset directory into training arrays, by format."""
+
+from pathlib import Path
+
+from mpinet import MpinetError
+from mpinet.images import prepare_images
+from mpinet.tables import prepare_table
+
+TABLE_SUFFIXES = (".csv", ".data", ".txt", ".tsv")
+
+
+def prepare_dataset(raw_dir: str | Path, out_dir: str | Path, fmt: str, options: dict, source: str = "") -> dict:
+    """Write the dataset directory out_dir from raw_dir; options are the dataset's config keys."""
+    if fmt == "csv":
+        return prepare_table(
+            find_table(raw_dir),
+            out_dir,
+            label_column=options.get("label_column"),
+            test_fraction=options.get("test_fraction", 0.3),
+            seed=options.get("split_seed", 0),
+            source=source,
+        )
+    if fmt == "images":
+        return prepare_images(
+            raw_dir,
+            out_dir,
+            image_size=options.get("image_size", 150),
+            standardize=options.get("standardize", False),
+            test_fraction=options.get("test_fraction", 0.3),
+            seed=options.get("split_seed", 0),
+            skip_bad_images=options.get("skip_bad_images", False),
+            include_pred=options.get("include_pred", False),
+            source=source,
+        )
+    raise MpinetError(f"format: unknown '{fmt}'; expected csv or images")
+
+
+def find_table(raw_dir: str | Path) -> Path:
+    """The one table file in a fetched dataset (searched recursively)."""
+    raw = Path(raw_dir)
+    found = sorted(p for p in raw.rglob("*") if p.is_file() and p.suffix.lower() in TABLE_SUFFIXES)
+    found = [p for p in found if p.name.lower() not in ("readme.txt", "synthetic.txt")]
+    if not found:
+        raise MpinetError(f"{raw}: no table file (.csv or .data) found")
+    if len(found) > 1:
+        names = ", ".join(str(p.relative_to(raw)) for p in found)
+        raise MpinetError(f"{raw}: several table files ({names}); keep one, or point source at the file itself")
+    return found[0]

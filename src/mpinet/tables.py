@@ -1,0 +1,158 @@
+"""Tabular datasets (Iris): read a CSV, drop id columns and duplicates, split, standardize, write arrays."""
+
+import csv
+import re
+from pathlib import Path
+
+import numpy as np
+
+from mpinet import MpinetError, dataset
+
+ID_NAME = re.compile(r"^(id|index|unnamed: ?0|)$", re.IGNORECASE)
+
+
+def read_table(path: str | Path, label_column: str | None = None) -> tuple[np.ndarray, list[str], list[str]]:
+    """Read a CSV into (features float64[n, d], labels, feature names).
+
+    Handles Kaggle's Iris.csv (Id column dropped), UCI's headerless iris.data and any CSV
+    with a header; the label is `label_column` (a name, or a 0-based index for headerless
+    files) or else the last column.
+    """
+    path = Path(path)
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        rows = [(i, r) for i, r in enumerate(csv.reader(f), start=1) if any(c.strip() for c in r)]
+    if not rows:
+        raise MpinetError(f"{path}: empty file; expected a CSV with feature columns and a label column")
+    first = [c.strip() for c in rows[0][1]]
+    has_header = not all(_is_number(c) for c in first[:-1]) or (label_column is not None and label_column in first)
+    if has_header:
+        names, rows = first, rows[1:]
+        for j, n in enumerate(names):
+            if not n:
+                raise MpinetError(f"{path}: header column {j + 1} has no name; expected a name for every column")
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise MpinetError(f"{path}: header names column(s) {', '.join(dup)} more than once")
+    else:
+        names = [f"column{j}" for j in range(len(first))]
+    label_idx = _label_index(path, names, label_column, has_header)
+    width = len(names)
+    if width < 2:
+        raise MpinetError(f"{path}: {width} column; expected at least one feature column and a label column")
+    if not rows:
+        raise MpinetError(f"{path}: no data rows after the header")
+
+    feature_idx = [j for j in range(width) if j != label_idx]
+    values, labels = np.empty((len(rows), len(feature_idx))), []
+    for r, (line, cells) in enumerate(rows):
+        if len(cells) != width:
+            raise MpinetError(f"{path}: row {line} has {len(cells)} cells, expected {width}")
+        label = cells[label_idx].strip()
+        if not label:
+            raise MpinetError(f"{path}: row {line}: the label column '{names[label_idx]}' is empty")
+        labels.append(label)
+        for k, j in enumerate(feature_idx):
+            cell = cells[j].strip()
+            if not _is_number(cell):
+                raise MpinetError(f"{path}: row {line}, column '{names[j]}': '{cell}' is not a number")
+            values[r, k] = float(cell)
+    keep = [k for k, j in enumerate(feature_idx) if not _is_id_column(names[j], values[:, k], has_header)]
+    return values[:, keep], labels, [names[feature_idx[k]] for k in keep]
+
+
+def prepare_table(
+    path: str | Path,
+    out_dir: str | Path,
+    label_column: str | None = None,
+    test_fraction: float = 0.3,
+    seed: int = 0,
+    source: str = "",
+) -> dict:
+    """Turn a CSV into a standardized, stratified train/test dataset directory; returns its summary."""
+    x, labels, names = read_table(path, label_column)
+    rows = [tuple(v) + (lab,) for v, lab in zip(x.tolist(), labels)]
+    seen, keep = set(), []
+    for i, row in enumerate(rows):
+        if row not in seen:
+            seen.add(row)
+            keep.append(i)
+    duplicates = len(rows) - len(keep)
+    x, labels = x[keep], [labels[i] for i in keep]
+    classes = sorted(set(labels))
+    if len(classes) < 2:
+        raise MpinetError(f"{path}: only one class ({classes[0]!r}) in the label column; need at least 2")
+    y = np.array([classes.index(lab) for lab in labels], dtype=np.int64)
+    train_idx, test_idx = stratified_split(y, test_fraction, seed)
+    mean = x[train_idx].mean(axis=0)
+    std = x[train_idx].std(axis=0)
+    std[std == 0] = 1.0  # a constant feature carries no information; leave it at zero
+    z = ((x - mean) / std).astype(np.float32)
+
+    staging = dataset.staging_dir(out_dir)
+    np.save(staging / "train_x.npy", z[train_idx])
+    np.save(staging / "train_y.npy", y[train_idx])
+    np.save(staging / "test_x.npy", z[test_idx])
+    np.save(staging / "test_y.npy", y[test_idx])
+    summary = {
+        "format": "csv",
+        "source": source or str(path),
+        "file": str(path),
+        "features": names,
+        "classes": classes,
+        "counts": {
+            split: {c: int((y[idx] == i).sum()) for i, c in enumerate(classes)}
+            for split, idx in (("train", train_idx), ("test", test_idx))
+        },
+        "shapes": {"train_x": [len(train_idx), len(names)], "test_x": [len(test_idx), len(names)]},
+        "dtype": "float32",
+        "duplicates_dropped": duplicates,
+        "standardization": {"mean": mean.tolist(), "std": std.tolist(), "from": "training split"},
+        "values": dataset.value_stats(z[train_idx]),
+        "test_fraction": test_fraction,
+        "seed": seed,
+        "synthetic": False,
+    }
+    dataset.write(out_dir, staging, classes, summary)
+    staging.rmdir()
+    return summary
+
+
+def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded per-class split; every class with at least 2 samples lands in both splits. Returns sorted index arrays."""
+    if not 0 < test_fraction < 1:
+        raise MpinetError(f"test_fraction must be between 0 and 1, got {test_fraction}")
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        k = int(round(test_fraction * len(idx)))
+        k = min(max(k, 1), len(idx) - 1) if len(idx) >= 2 else 0
+        test.append(idx[:k])
+        train.append(idx[k:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+
+
+def _label_index(path: Path, names: list[str], label_column: str | None, has_header: bool) -> int:
+    if label_column is None:
+        return len(names) - 1
+    if label_column in names:
+        return names.index(label_column)
+    if not has_header and str(label_column).lstrip("-").isdigit():
+        return int(label_column) % len(names)
+    raise MpinetError(f"{path}: label column '{label_column}' is not in the header ({', '.join(names)})")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.strip().lower() not in ("nan", "inf", "-inf", "+inf", "infinity")
+
+
+def _is_id_column(name: str, col: np.ndarray, has_header: bool) -> bool:
+    """An id column is named like one, or (headerless) counts 0, 1, 2... or 1, 2, 3..."""
+    if has_header and ID_NAME.match(name.strip()):
+        return True
+    steps = np.diff(col)
+    return not has_header and len(col) > 2 and bool(np.all(steps == 1)) and col[0] in (0, 1)

@@ -1,0 +1,127 @@
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import Paramspace, validate
+
+from mpinet import MpinetError
+from mpinet.experiments import COLUMNS, expand_sweeps, train_arguments
+
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+try:
+    EXPERIMENTS = expand_sweeps(config["experiments"], config["datasets"])
+except MpinetError as e:
+    raise WorkflowError(f"config: {e}") from None
+
+# One directory level per grid column under results/runs/<dataset>/ (dataset is its own level).
+PARAMSPACE = Paramspace(EXPERIMENTS[list(COLUMNS)])
+RUN = "{dataset}/" + PARAMSPACE.wildcard_pattern
+RUN_FILES = ["metrics.csv", "confusion.csv", "weights.npz", "run.json"]
+DATASET_FILES = [
+    "train_x.npy",
+    "train_y.npy",
+    "test_x.npy",
+    "test_y.npy",
+    "classes.json",
+    "summary.json",
+]
+FIGURES = [
+    "curves",
+    "scaling",
+    "time_split",
+    "time_to_accuracy",
+    "confusion",
+    "class_counts",
+]
+DATASETS = sorted(EXPERIMENTS["dataset"].unique())
+SYNTHETIC_ARCHIVE = "resources/synthetic/intel-synthetic.zip"
+CODE = Path(workflow.basedir) / "src" / "mpinet"
+
+
+wildcard_constraints:
+    dataset="|".join(config["datasets"]),
+    algorithm="serial|allreduce|paramserver",
+    ranks=r"\d+",
+    batch_size=r"\d+",
+    epochs=r"\d+",
+    sync_every=r"\d+",
+    seed=r"-?\d+",
+
+
+def code(*modules):
+    """Package modules a rule runs, as inputs: editing one reruns exactly the jobs that use it."""
+    return [str(CODE / m) for m in ("__init__.py", *modules)]
+
+
+def run_dirs():
+    """results/runs/<dataset>/<grid path> of every experiment, in table order."""
+    return [
+        f"results/runs/{d}/{p}"
+        for d, p in zip(EXPERIMENTS["dataset"], PARAMSPACE.instance_patterns)
+    ]
+
+
+def get_final_targets():
+    return [
+        "results/metrics/epochs.csv",
+        "results/metrics/runs.csv",
+        "results/metrics/seeds.csv",
+        *(f"results/plots/{d}/{f}.png" for d in DATASETS for f in FIGURES),
+    ]
+
+
+def dataset_option(key, default=None):
+    """An option of the {dataset} wildcard's config entry, as a params function."""
+    return lambda wildcards: config["datasets"][wildcards.dataset].get(key, default)
+
+
+def get_source(wildcards):
+    """The dataset source with synthetic:intel replaced by the generated archive."""
+    source = config["datasets"][wildcards.dataset]["source"]
+    return SYNTHETIC_ARCHIVE if source.startswith("synthetic:") else source
+
+
+def get_fetch_input(wildcards):
+    """Local sources are inputs, so replacing the file reruns everything downstream."""
+    source = get_source(wildcards)
+    if source.startswith(("http://", "https://", "kaggle:")):
+        return []
+    return [source]
+
+
+def get_dataset_options(wildcards):
+    entry = dict(config["datasets"][wildcards.dataset])
+    entry.pop("source")
+    return entry
+
+
+def get_run_options(wildcards):
+    """The row of the experiment table for these wildcards, as python -m mpinet.train options."""
+    return train_arguments(PARAMSPACE.instance(wildcards))
+
+
+def get_checkpoint(wildcards, output):
+    """Kept outside the job's outputs, so Snakemake does not delete it when the job fails."""
+    return str(output.metrics).replace("results/runs/", "results/checkpoints/", 1).replace(
+        "metrics.csv", "checkpoint.npz"
+    )
+
+
+def get_runs(wildcards):
+    """Every experiment's parameters and output directory, for the aggregation."""
+    records = EXPERIMENTS.to_dict("records")
+    return [dict(r, dir=d) for r, d in zip(records, run_dirs())]
+
+
+def get_run_files(wildcards):
+    return [f"{d}/{f}" for d in run_dirs() for f in ("metrics.csv", "run.json")]
+
+
+def get_dataset_run_files(wildcards):
+    return [
+        f"{d}/confusion.csv"
+        for d, ds in zip(run_dirs(), EXPERIMENTS["dataset"])
+        if ds == wildcards.dataset
+    ]

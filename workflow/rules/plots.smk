@@ -1,0 +1,61 @@
+rule plots:
+    input:
+        epochs="results/metrics/epochs.csv",
+        runs="results/metrics/runs.csv",
+        summary="resources/data/{dataset}/summary.json",
+        confusions=get_dataset_run_files,
+        code=code("plots.py"),
+    output:
+        curves=report(
+            "results/plots/{dataset}/curves.png",
+            caption="../report/curves.rst",
+            category="Training curves",
+            subcategory="{dataset}",
+            labels={"dataset": "{dataset}", "figure": "loss and accuracy"},
+        ),
+        time_to_accuracy=report(
+            "results/plots/{dataset}/time_to_accuracy.png",
+            caption="../report/time_to_accuracy.rst",
+            category="Training curves",
+            subcategory="{dataset}",
+            labels={"dataset": "{dataset}", "figure": "time to accuracy"},
+        ),
+        confusion=report(
+            "results/plots/{dataset}/confusion.png",
+            caption="../report/confusion.rst",
+            category="Training curves",
+            subcategory="{dataset}",
+            labels={"dataset": "{dataset}", "figure": "confusion matrix"},
+        ),
+        scaling=report(
+            "results/plots/{dataset}/scaling.png",
+            caption="../report/scaling.rst",
+            category="Scaling",
+            subcategory="{dataset}",
+            labels={"dataset": "{dataset}", "figure": "speedup and efficiency"},
+        ),
+        time_split=report(
+            "results/plots/{dataset}/time_split.png",
+            caption="../report/time_split.rst",
+            category="Scaling",
+            subcategory="{dataset}",
+            labels={"dataset": "{dataset}", "figure": "compute vs communication"},
+        ),
+        class_counts=report(
+            "results/plots/{dataset}/class_counts.png",
+            caption="../report/class_counts.rst",
+            category="Data",
+            subcategory="{dataset}",
+            labels={"dataset": "{dataset}", "figure": "samples per class"},
+        ),
+    log:
+        "logs/plots/{dataset}.log",
+    localrule: True
+    conda:
+        "../envs/mpinet.yaml"
+    params:
+        target_accuracy=lookup(dpath="target_accuracy", within=config, default=0.9),
+    message:
+        "Plotting dataset {wildcards.dataset}"
+    script:
+        "../scripts/plots.py"

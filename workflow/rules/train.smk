@@ -1,0 +1,60 @@
+# Training: one job per experiment. 1-rank runs start without an MPI launcher (the SLURM
+# plugin refuses `mpi` with one task); larger runs start under `{resources.mpi}`, which a
+# profile swaps (mpiexec locally, srun on SLURM). Never cap `tasks` with --resources: it
+# would silently shrink rank counts (the trainer's --expect-ranks check catches that).
+
+
+rule train_single:
+    input:
+        data=multiext("resources/data/{dataset}/", *DATASET_FILES),
+        code=code("model.py", "train.py", "comm.py", "dataset.py"),
+    output:
+        **{f.split(".")[0]: f"results/runs/{RUN}/{f}" for f in RUN_FILES},
+    log:
+        f"logs/train/{RUN}.log",
+    benchmark:
+        f"benchmarks/train/{RUN}.tsv"
+    wildcard_constraints:
+        ranks="1",
+        algorithm="serial|allreduce",
+    conda:
+        "../envs/mpinet.yaml"
+    params:
+        options=get_run_options,
+        checkpoint=get_checkpoint,
+    message:
+        "Training {wildcards.dataset}: {wildcards.algorithm} on 1 rank, seed {wildcards.seed}"
+    shell:
+        "python -m mpinet.train --data resources/data/{wildcards.dataset} "
+        "--out $(dirname {output.metrics}) --checkpoint {params.checkpoint} "
+        "{params.options} > {log} 2>&1"
+
+
+rule train_mpi:
+    input:
+        data=multiext("resources/data/{dataset}/", *DATASET_FILES),
+        code=code("model.py", "train.py", "comm.py", "dataset.py"),
+    output:
+        **{f.split(".")[0]: f"results/runs/{RUN}/{f}" for f in RUN_FILES},
+    log:
+        f"logs/train/{RUN}.log",
+    benchmark:
+        f"benchmarks/train/{RUN}.tsv"
+    wildcard_constraints:
+        ranks=r"[2-9]|[1-9]\d+",
+        algorithm="allreduce|paramserver",
+    conda:
+        "../envs/mpinet.yaml"
+    threads: lambda wildcards: int(wildcards.ranks)
+    resources:
+        mpi="mpiexec",
+        tasks=lambda wildcards: int(wildcards.ranks),
+    params:
+        options=get_run_options,
+        checkpoint=get_checkpoint,
+    message:
+        "Training {wildcards.dataset}: {wildcards.algorithm} on {wildcards.ranks} ranks, seed {wildcards.seed}"
+    shell:
+        "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.train "
+        "--data resources/data/{wildcards.dataset} --out $(dirname {output.metrics}) "
+        "--checkpoint {params.checkpoint} {params.options} > {log} 2>&1"

@@ -1,0 +1,10 @@
+"""Snakemake adapter: preprocess a fetched dataset into .npy arrays."""
+
+from pathlib import Path
+
+from mpinet.prepare import prepare_dataset
+from mpinet.script import run_step
+
+sm = snakemake  # noqa: F821 (injected by Snakemake)
+out_dir = Path(sm.output[0]).parent
+run_step(sm.log[0], prepare_dataset, sm.input.raw, out_dir, sm.params.fmt, sm.params.options, sm.params.source)
