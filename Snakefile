@@ -17,7 +17,7 @@ include: "workflow/rules/plots.smk"
 
 
 rule all:
+    default_target: True
     input:
         get_final_targets(),
-    default_target: True
     localrule: True

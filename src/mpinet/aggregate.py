@@ -1,4 +1,4 @@
-"""Metrics tables from recorded runs: per epoch, per run (with speedup against the serial baseline), per configuration."""
+"""Metrics tables from recorded runs: per epoch, per run (with speedup over serial), per configuration."""
 
 import json
 from pathlib import Path
@@ -9,7 +9,7 @@ import pandas as pd
 from mpinet.experiments import COLUMNS
 
 PARAMS = ["dataset", *COLUMNS]
-# A run's serial baseline has the same data, per-rank batch, model and seed (lr and epochs do not change an epoch's time).
+# A run's serial baseline: same data, per-rank batch, model and seed (lr and epochs leave epoch time alone).
 BASELINE_KEYS = ["dataset", "batch_size", "hidden", "loss", "standardize", "dtype", "seed"]
 
 

@@ -69,9 +69,7 @@ def check(a: Arrays, where: str, check_values: bool = True) -> None:
                     row = start + int(np.argmin(np.isfinite(x[start : start + 4096]).all(axis=1)))
                     raise MpinetError(f"{where}: {split}_x row {row} holds NaN or infinite features")
     if a.train_x.shape[1] != a.test_x.shape[1]:
-        raise MpinetError(
-            f"{where}: train_x has {a.train_x.shape[1]} features but test_x has {a.test_x.shape[1]}"
-        )
+        raise MpinetError(f"{where}: train_x has {a.train_x.shape[1]} features but test_x has {a.test_x.shape[1]}")
     if len(a.classes) < 2:
         raise MpinetError(f"{where}: classes.json lists {len(a.classes)} class; at least 2 are needed")
 

@@ -25,9 +25,7 @@ KAGGLE_PREFIX = "kaggle:"
 CHUNK = 1 << 20
 
 
-def fetch(
-    source: str, out_dir: str | Path, sha256: str | None = None, retries: int = 3, timeout: float = 60.0
-) -> Path:
+def fetch(source: str, out_dir: str | Path, sha256: str | None = None, retries: int = 3, timeout: float = 60.0) -> Path:
     """Materialize `source` as a directory of files at out_dir (archives are unpacked)."""
     out = Path(out_dir)
     staging = out.parent / f".{out.name}.partial"
@@ -67,7 +65,9 @@ def download(url: str, dest: Path, sha256: str | None = None, retries: int = 3, 
             digest = hashlib.sha256()
             with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as f:
                 total = int(r.headers.get("Content-Length") or 0) or None
-                with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, file=sys.stderr, mininterval=1) as bar:
+                with tqdm(
+                    total=total, unit="B", unit_scale=True, desc=dest.name, file=sys.stderr, mininterval=1
+                ) as bar:
                     while chunk := r.read(CHUNK):
                         f.write(chunk)
                         digest.update(chunk)
@@ -109,9 +109,7 @@ def unpack(archive: Path, dest: Path) -> None:
             with tarfile.open(archive) as t:
                 members = t.getmembers()
                 for m in members:
-                    _check_member(
-                        archive, m.name, m.issym() or m.islnk(), m.linkname, m.isdev(), hard=m.islnk()
-                    )
+                    _check_member(archive, m.name, m.issym() or m.islnk(), m.linkname, m.isdev(), hard=m.islnk())
                 if hasattr(tarfile, "data_filter"):
                     t.extractall(dest, members=members, filter="data")
                 else:  # Python < 3.11.4: members were checked above

@@ -43,9 +43,7 @@ def find_splits(root: str | Path) -> dict[str, Path | None]:
             if ok:
                 found[split] = here
     if found["train"] is None:
-        raise MpinetError(
-            f"{root}: no training images found; expected seg_train/<class>/*.jpg or train/<class>/*.jpg"
-        )
+        raise MpinetError(f"{root}: no training images found; expected seg_train/<class>/*.jpg or train/<class>/*.jpg")
     return found
 
 

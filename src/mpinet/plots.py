@@ -20,7 +20,10 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> None:
     """Training loss and test accuracy per epoch, by design and rank count (the original's Loss/Accuracy figures)."""
     df = _label(epochs)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, y, label in ((axes[0], "train_loss", "training loss (mean per sample)"), (axes[1], "test_accuracy", "test accuracy")):
+    for ax, y, label in (
+        (axes[0], "train_loss", "training loss (mean per sample)"),
+        (axes[1], "test_accuracy", "test accuracy"),
+    ):
         sns.lineplot(data=df, x="epoch", y=y, hue="design", style="ranks", palette=_palette(df), errorbar="sd", ax=ax)
         ax.set_xlabel("epoch")
         ax.set_ylabel(label)
@@ -35,8 +38,19 @@ def scaling(runs: pd.DataFrame, title: str, path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     ranks = sorted(runs["ranks"].unique())
     if len(df):
-        sns.lineplot(data=df, x="ranks", y="speedup", hue="design", palette=_palette(df), marker="o", errorbar="sd", ax=axes[0])
-        sns.lineplot(data=df, x="ranks", y="efficiency", hue="design", palette=_palette(df), marker="o", errorbar="sd", ax=axes[1])
+        sns.lineplot(
+            data=df, x="ranks", y="speedup", hue="design", palette=_palette(df), marker="o", errorbar="sd", ax=axes[0]
+        )
+        sns.lineplot(
+            data=df,
+            x="ranks",
+            y="efficiency",
+            hue="design",
+            palette=_palette(df),
+            marker="o",
+            errorbar="sd",
+            ax=axes[1],
+        )
     axes[0].plot(ranks, ranks, ls="--", color="grey", label="ideal")
     axes[1].axhline(1.0, ls="--", color="grey", label="ideal")
     axes[0].set_ylabel("speedup over serial (median epoch time)")
@@ -56,7 +70,15 @@ def time_split(runs: pd.DataFrame, title: str, path) -> None:
     x = np.arange(len(df))
     colors = [DESIGN_COLORS[a] for a in df["algorithm"]]
     ax.bar(x, df["median_compute_s"] * 1e3, color=colors, label="compute")
-    ax.bar(x, df["median_comm_s"] * 1e3, bottom=df["median_compute_s"] * 1e3, color=colors, alpha=0.4, hatch="//", label="communication")
+    ax.bar(
+        x,
+        df["median_comm_s"] * 1e3,
+        bottom=df["median_compute_s"] * 1e3,
+        color=colors,
+        alpha=0.4,
+        hatch="//",
+        label="communication",
+    )
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_ylabel("time per epoch and rank (ms)")
     ax.legend(handles=ax.patches[:1] + ax.patches[len(df) : len(df) + 1], labels=["compute", "communication (hatched)"])
@@ -68,7 +90,17 @@ def time_to_accuracy(epochs: pd.DataFrame, title: str, path, target: float | Non
     df = _label(epochs).sort_values(["run_dir", "epoch"])
     df["elapsed_s"] = df.groupby("run_dir")["time_s"].cumsum()
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    sns.lineplot(data=df, x="elapsed_s", y="test_accuracy", hue="design", style="ranks", units="run_dir", estimator=None, palette=_palette(df), ax=ax)
+    sns.lineplot(
+        data=df,
+        x="elapsed_s",
+        y="test_accuracy",
+        hue="design",
+        style="ranks",
+        units="run_dir",
+        estimator=None,
+        palette=_palette(df),
+        ax=ax,
+    )
     if target is not None:
         ax.axhline(target, ls=":", color="grey", label=f"target {target:g}")
     ax.set_xlabel("training wall-clock time (s)")
@@ -90,7 +122,9 @@ def confusion(confusion_csv, title: str, path) -> None:
 def class_counts(summary_json, title: str, path) -> None:
     """Samples per class in each split of a preprocessed dataset."""
     s = json.loads(Path(summary_json).read_text())
-    df = pd.DataFrame([{"split": sp, "class": c, "samples": n} for sp, cs in s["counts"].items() for c, n in cs.items()])
+    df = pd.DataFrame(
+        [{"split": sp, "class": c, "samples": n} for sp, cs in s["counts"].items() for c, n in cs.items()]
+    )
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(s["classes"]) + 2), 4.5))
     sns.barplot(data=df, x="class", y="samples", hue="split", ax=ax)
     ax.set_xlabel("class")

@@ -432,8 +432,10 @@ def main(argv=None) -> int:
 
         with threadpool_limits(limits=args.blas_threads, user_api="blas"):
             arrays = dataset.load(args.data, check_values=comm.rank == 0)
-            log(f"{opts.algorithm} on {comm.size} rank(s): {len(arrays.train_y)} training samples, "
-                f"{len(arrays.test_y)} test samples, {arrays.train_x.shape[1]} features")
+            log(
+                f"{opts.algorithm} on {comm.size} rank(s): {len(arrays.train_y)} training samples, "
+                f"{len(arrays.test_y)} test samples, {arrays.train_x.shape[1]} features"
+            )
             t0 = time.perf_counter()
             ck = Path(args.checkpoint) if args.checkpoint else None
             result = train(arrays, opts, comm, ck, log)

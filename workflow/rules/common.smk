@@ -7,7 +7,6 @@ from snakemake.utils import Paramspace, validate
 from mpinet import MpinetError
 from mpinet.experiments import COLUMNS, expand_sweeps, train_arguments
 
-
 validate(config, schema="../schemas/config.schema.yaml")
 
 try:
@@ -17,7 +16,7 @@ except MpinetError as e:
 
 # One directory level per grid column under results/runs/<dataset>/ (dataset is its own level).
 PARAMSPACE = Paramspace(EXPERIMENTS[list(COLUMNS)])
-RUN = "{dataset}/" + PARAMSPACE.wildcard_pattern
+RUN = f"{{dataset}}/{PARAMSPACE.wildcard_pattern}"
 RUN_FILES = ["metrics.csv", "confusion.csv", "weights.npz", "run.json"]
 DATASET_FILES = [
     "train_x.npy",
@@ -51,7 +50,7 @@ wildcard_constraints:
 
 
 def code(*modules):
-    """Package modules a rule runs, as inputs: editing one reruns exactly the jobs that use it."""
+    """Package modules as job inputs: editing one reruns exactly the jobs that import it."""
     return [str(CODE / m) for m in ("__init__.py", *modules)]
 
 
@@ -104,8 +103,10 @@ def get_run_options(wildcards):
 
 def get_checkpoint(wildcards, output):
     """Kept outside the job's outputs, so Snakemake does not delete it when the job fails."""
-    return str(output.metrics).replace("results/runs/", "results/checkpoints/", 1).replace(
-        "metrics.csv", "checkpoint.npz"
+    return (
+        str(output.metrics)
+        .replace("results/runs/", "results/checkpoints/", 1)
+        .replace("metrics.csv", "checkpoint.npz")
     )
 
 

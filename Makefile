@@ -1,0 +1,63 @@
+# The only entry points a user needs: `make run` and `make test` (both set up .venv first).
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+CORES ?= 2
+CONFIG ?= config/config.yaml
+export PATH := $(BIN):$(PATH)
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: setup run report test lint pytest benchmark install-profile clean help
+
+help:
+	@echo "make run              set up .venv, run the default workflow (CONFIG=$(CONFIG)) and build results/report.html"
+	@echo "make test             set up .venv, then ruff, snakefmt, snakemake --lint and the whole pytest suite"
+	@echo "make benchmark        the performance benchmark (prints a table, writes benchmarks/results/)"
+	@echo "make install-profile  link profiles/slurm to ~/.config/snakemake/slurm (then: snakemake --profile slurm)"
+	@echo "make clean            remove results/, resources/ and logs/ (keeps .venv)"
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: python3.11 not found; install Python 3.11" >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: $(PYTHON) is older than Python 3.11" >&2; exit 1; }
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's python3-venv (needed for the virtual environment)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; \
+	  else echo "error: Python's venv module is missing; run: sudo apt-get install python3-venv" >&2; exit 1; fi; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	@touch $(STAMP)
+
+run: setup
+	snakemake --cores $(CORES) --configfile $(CONFIG)
+	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/report.html
+	@echo "done: results/metrics/*.csv, results/plots/*/*.png, results/report.html"
+
+report: setup
+	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/report.html
+
+lint: setup
+	ruff check .
+	ruff format --check .
+	snakefmt --check .
+	snakemake --lint
+
+test: lint
+	pytest
+
+benchmark: setup
+	python benchmarks/bench.py
+
+install-profile:
+	mkdir -p $(HOME)/.config/snakemake
+	ln -sfn $(CURDIR)/profiles/slurm $(HOME)/.config/snakemake/slurm
+	@echo "linked: snakemake --profile slurm now finds $(CURDIR)/profiles/slurm"
+
+clean:
+	rm -rf results resources logs benchmarks/train .snakemake/metadata

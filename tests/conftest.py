@@ -1,0 +1,70 @@
+"""Shared fixtures: small real datasets made in tmp_path, and helpers that run the real trainer."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mpinet.tables import prepare_table
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+MPIEXEC = str(BIN / "mpiexec")
+
+
+def write_dataset(d: Path, n_train=60, n_test=30, dim=5, classes=3, seed=0) -> Path:
+    """A learnable random dataset directory: class-dependent means plus noise."""
+    rng = np.random.default_rng(seed)
+    d.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("test", n_test)):
+        y = rng.integers(0, classes, n)
+        x = rng.normal(size=(n, dim)) + 2.0 * (y[:, None] - (classes - 1) / 2)
+        np.save(d / f"{split}_x.npy", x.astype(np.float32))
+        np.save(d / f"{split}_y.npy", y.astype(np.int64))
+    (d / "classes.json").write_text(json.dumps([f"c{i}" for i in range(classes)]))
+    (d / "summary.json").write_text("{}")
+    return d
+
+
+@pytest.fixture
+def small_dataset(tmp_path) -> Path:
+    return write_dataset(tmp_path / "small")
+
+
+@pytest.fixture(scope="session")
+def iris_dataset(tmp_path_factory) -> Path:
+    """The shipped canonical Iris table, prepared with the default split."""
+    out = tmp_path_factory.mktemp("iris") / "data"
+    prepare_table(REPO / "data" / "iris.csv", out)
+    return out
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    e["PATH"] = f"{BIN}{os.pathsep}{e.get('PATH', '')}"
+    e.setdefault("OMP_NUM_THREADS", "1")
+    return e
+
+
+def train_cmd(ranks: int | None, *args) -> list[str]:
+    """The trainer command line, under mpiexec when ranks is given."""
+    base = [sys.executable, "-m", "mpinet.train", *map(str, args)]
+    if ranks is None:
+        return base
+    return [MPIEXEC, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "mpinet.train", *map(str, args)]
+
+
+def run_train(ranks: int | None, *args, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run(train_cmd(ranks, *args), capture_output=True, text=True, timeout=timeout, env=env())
+    if check and p.returncode != 0:
+        raise AssertionError(f"trainer failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return p
+
+
+def weights(out: Path) -> np.ndarray:
+    with np.load(out / "weights.npz") as w:
+        return w["params"]

@@ -1,0 +1,88 @@
+import numpy as np
+import pytest
+
+from mpinet.model import LOSSES, Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
+
+
+def _loss(net, layers, x, y, ws):
+    return loss_and_correct(net, forward(net, layers, x, ws), y)[0]
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("standardize", [True, False])
+def test_gradients_match_central_finite_differences(loss, standardize):
+    net = Net((5, 7, 6, 3), loss, standardize, np.dtype(np.float64))
+    params = init_params(net, seed=3)
+    grads = np.zeros_like(params)
+    layers, grad_layers = layer_views(net, params), layer_views(net, grads)
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(6, 5)), rng.integers(0, 3, 6)
+    ws = Workspace(net, 8)
+    forward(net, layers, x, ws)
+    backward(net, layers, grad_layers, x, y, ws, scale=1.0)
+    numeric = np.empty_like(params)
+    h = 1e-6
+    for i in range(len(params)):
+        old = params[i]
+        params[i] = old + h
+        up = _loss(net, layers, x, y, ws)
+        params[i] = old - h
+        down = _loss(net, layers, x, y, ws)
+        params[i] = old
+        numeric[i] = (up - down) / (2 * h)
+    rel = np.linalg.norm(numeric - grads) / np.linalg.norm(numeric)
+    assert rel < 1e-6
+    assert np.abs(numeric - grads).max() / np.abs(numeric).max() < 1e-6
+
+
+def test_standardization_is_differentiated_not_skipped():
+    """Backprop without the standardization Jacobian (the original's bug) gives a different gradient."""
+    net = Net((4, 6, 3), "l2", True, np.dtype(np.float64))
+    params = init_params(net, seed=0)
+    g_with = np.zeros_like(params)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(5, 4)), rng.integers(0, 3, 5)
+    ws = Workspace(net, 5)
+    forward(net, layer_views(net, params), x, ws)
+    backward(net, layer_views(net, params), layer_views(net, g_with), x, y, ws, 1.0)
+    # hidden pre-activations are standardized per sample: mean 0, variance ~1
+    h = ws.h[0][:5]
+    assert np.allclose(h.mean(axis=1), 0, atol=1e-12)
+    assert np.allclose(h.var(axis=1), 1, atol=1e-3)
+    # the gradient of W1 sums to zero over the hidden units: the standardization removes the mean direction
+    w1_grad = layer_views(net, g_with)[0][0]
+    assert np.allclose(w1_grad.sum(axis=1), 0, atol=1e-10)
+
+
+def test_float32_training_step_stays_float32():
+    net = Net((20, 8, 4), "l2", True, np.dtype(np.float32))
+    params = init_params(net, seed=0)
+    grads = np.zeros_like(params)
+    x = np.random.default_rng(0).random((4, 20), dtype=np.float32)
+    y = np.array([0, 1, 2, 3])
+    ws = Workspace(net, 4)
+    out = forward(net, layer_views(net, params), x, ws)
+    backward(net, layer_views(net, params), layer_views(net, grads), x, y, ws, scale=0.1 / 4)
+    params -= grads
+    arrays = [params, grads, out, *ws.a, *ws.h, *ws.delta, *ws.inv_std]
+    arrays += [a for pair in layer_views(net, params) for a in pair]
+    assert {a.dtype for a in arrays} == {np.dtype(np.float32)}
+
+
+def test_init_is_seeded_zero_mean_and_fan_in_scaled():
+    net = Net((400, 300, 3), dtype=np.dtype(np.float64))
+    a, b, c = init_params(net, 7), init_params(net, 7), init_params(net, 8)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    w1, b1 = layer_views(net, a)[0]
+    assert abs(w1.mean()) < 0.01 and np.all(b1 == 0)
+    assert np.isclose(w1.var() * 400, 1.0, rtol=0.05)  # unit-variance pre-activations for unit inputs
+
+
+def test_parameter_views_share_one_flat_buffer():
+    net = Net((3, 4, 2))
+    flat = np.zeros(net.n_params, dtype=np.float32)
+    views = layer_views(net, flat)
+    views[1][1][:] = 5  # the last bias
+    assert flat[-2:].tolist() == [5, 5]
+    assert all(np.shares_memory(flat, v) for pair in views for v in pair)
+    assert net.n_params == 3 * 4 + 4 + 4 * 2 + 2

@@ -1,0 +1,275 @@
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+from conftest import env, run_train, train_cmd, weights, write_dataset
+
+from mpinet import MpinetError, dataset
+from mpinet.comm import Comm
+from mpinet.train import Options, check_options, train
+
+F64 = ("--dtype", "float64")
+
+
+def _args(data, out, *extra):
+    return ("--data", data, "--out", out, "--epochs", 3, "--learning-rate", 0.5, *F64, *extra)
+
+
+def test_serial_trains_in_process_without_mpi(small_dataset):
+    result = train(dataset.load(small_dataset), Options(epochs=30, learning_rate=0.5), Comm(None))
+    assert result.metrics[-1]["train_loss"] < result.metrics[0]["train_loss"]
+    assert result.metrics[-1]["test_accuracy"] > 0.6
+    assert result.confusion.sum() == 30
+
+
+def test_serial_cli_never_loads_mpi(small_dataset, tmp_path):
+    code = (
+        "import sys; sys.modules['mpi4py'] = None\n"  # any import of mpi4py now fails
+        "from mpinet.train import main\n"
+        f"sys.exit(main(['--data', '{small_dataset}', '--out', '{tmp_path / 'o'}', '--epochs', '2']))"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60)
+    assert p.returncode == 0, p.stderr
+    metrics = pd.read_csv(tmp_path / "o" / "metrics.csv")
+    assert list(metrics["epoch"]) == [1, 2]
+
+
+def test_outputs_are_tidy_and_complete(small_dataset, tmp_path):
+    run_train(None, *_args(small_dataset, tmp_path / "o"))
+    m = pd.read_csv(tmp_path / "o" / "metrics.csv")
+    assert list(m.columns[:5]) == ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy"]
+    assert {"time_s", "compute_s", "comm_s", "bytes_sent"} <= set(m.columns)
+    c = pd.read_csv(tmp_path / "o" / "confusion.csv", index_col=0)
+    assert list(c.columns) == ["c0", "c1", "c2"] and c.to_numpy().sum() == 30
+    meta = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert meta["options"]["dtype"] == "float64" and meta["ranks"] == 1 and meta["hosts"]
+    assert meta["blas"] and meta["blas"][0]["num_threads"] == 1
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_allreduce_matches_serial_with_p_times_the_batch(tmp_path, ranks):
+    data = write_dataset(tmp_path / "d", n_train=61, n_test=10)  # 61: the last global batch is partial
+    run_train(None, *_args(data, tmp_path / "s", "--batch-size", 4 * ranks))
+    run_train(ranks, *_args(data, tmp_path / "a", "--batch-size", 4, "--algorithm", "allreduce"))
+    serial, allreduce = weights(tmp_path / "s"), weights(tmp_path / "a")
+    assert np.abs(serial - allreduce).max() < 1e-10
+    assert not np.allclose(serial, weights_after_zero_epochs(data, tmp_path))  # training moved the weights
+    ms, ma = pd.read_csv(tmp_path / "s" / "metrics.csv"), pd.read_csv(tmp_path / "a" / "metrics.csv")
+    for col in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+        assert np.allclose(ms[col], ma[col], rtol=0, atol=1e-10), col
+
+
+def weights_after_zero_epochs(data, tmp_path):
+    from mpinet.model import Net, init_params
+
+    a = dataset.load(data)
+    return init_params(Net((a.train_x.shape[1], 30, 20, 3), dtype=np.dtype(np.float64)), 1)
+
+
+@pytest.mark.mpi
+def test_paramserver_with_p_workers_matches_allreduce_on_p_ranks(tmp_path):
+    data = write_dataset(tmp_path / "d", n_train=50, n_test=10)
+    run_train(2, *_args(data, tmp_path / "a", "--algorithm", "allreduce"))
+    run_train(3, *_args(data, tmp_path / "p", "--algorithm", "paramserver"))
+    assert np.abs(weights(tmp_path / "a") - weights(tmp_path / "p")).max() < 1e-10
+    meta = json.loads((tmp_path / "p" / "run.json").read_text())
+    assert meta["ranks"] == 3 and meta["data_ranks"] == 2 and "MPICH" in meta["mpi"]["library"]
+
+
+@pytest.mark.mpi
+def test_local_sgd_with_sync_every_one_is_the_gradient_allreduce(tmp_path):
+    data = write_dataset(tmp_path / "d", n_train=96, n_test=10)  # 12 steps of 2 x 4 samples
+    run_train(2, *_args(data, tmp_path / "k1", "--algorithm", "allreduce", "--sync-every", 1))
+    run_train(2, *_args(data, tmp_path / "k4", "--algorithm", "allreduce", "--sync-every", 4))
+    k1, k4 = weights(tmp_path / "k1"), weights(tmp_path / "k4")
+    assert not np.allclose(k1, k4)  # a different algorithm...
+    assert np.abs(k1 - k4).max() < 0.5  # ...that still lands nearby
+    m4 = pd.read_csv(tmp_path / "k4" / "metrics.csv")
+    m1 = pd.read_csv(tmp_path / "k1" / "metrics.csv")
+    assert m4["bytes_sent"].iloc[0] * 4 == m1["bytes_sent"].iloc[0]  # a quarter of the exchanges
+
+
+@pytest.mark.mpi
+def test_same_seed_gives_bit_identical_results(tmp_path):
+    data = write_dataset(tmp_path / "d")
+    for name in ("one", "two"):
+        run_train(3, *_args(data, tmp_path / name, "--algorithm", "paramserver", "--dtype", "float32"))
+    assert np.array_equal(weights(tmp_path / "one"), weights(tmp_path / "two"))
+    run_train(3, *_args(data, tmp_path / "other", "--algorithm", "paramserver", "--seed", 2))
+    assert not np.array_equal(weights(tmp_path / "one"), weights(tmp_path / "other"))
+
+
+@pytest.mark.mpi
+def test_wrong_rank_count_fails_fast(small_dataset, tmp_path):
+    t = time.monotonic()
+    p = run_train(
+        2, *_args(small_dataset, tmp_path / "o", "--algorithm", "allreduce", "--expect-ranks", 3), check=False
+    )
+    assert p.returncode != 0 and time.monotonic() - t < 30
+    assert "communicator has 2 rank(s) but --expect-ranks is 3" in p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.mpi
+def test_paramserver_on_one_rank_is_a_clear_error(small_dataset, tmp_path):
+    p = run_train(1, *_args(small_dataset, tmp_path / "o", "--algorithm", "paramserver"), check=False)
+    assert p.returncode == 1
+    assert "paramserver needs at least 2 ranks" in p.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_a_rank_that_raises_ends_the_job_instead_of_hanging(small_dataset, tmp_path):
+    # rank 1 gets a dataset whose labels are corrupt; rank 0 would wait for it in Allreduce for ever
+    code = (
+        "import sys, numpy as np\n"
+        "from mpi4py import MPI\n"
+        "from mpinet import train\n"
+        "if MPI.COMM_WORLD.Get_rank() == 1:\n"
+        "    train.train = lambda *a, **k: (_ for _ in ()).throw(RuntimeError('rank 1 broke'))\n"
+        f"sys.exit(train.main(['--data', '{small_dataset}', '--out', '{tmp_path / 'o'}', "
+        "'--algorithm', 'allreduce', '--epochs', '1000']))\n"
+    )
+    t = time.monotonic()
+    p = subprocess.run(
+        [str(train_cmd(2)[0]), "-n", "2", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env(),
+    )
+    assert p.returncode != 0
+    assert time.monotonic() - t < 30
+    assert "rank 1 broke" in p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_a_killed_rank_ends_the_job(tmp_path):
+    data = write_dataset(tmp_path / "d", n_train=2000, n_test=100, dim=50)
+    proc = subprocess.Popen(
+        train_cmd(2, "--data", data, "--out", tmp_path / "o", "--algorithm", "allreduce", "--epochs", 100000),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    time.sleep(4)
+    ranks = [c for c in psutil.Process(proc.pid).children(recursive=True) if "mpinet.train" in c.cmdline()]
+    assert len(ranks) == 2
+    t = time.monotonic()
+    ranks[-1].kill()
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    assert time.monotonic() - t < 30
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("algorithm,ranks", [("serial", None), ("allreduce", 2), ("paramserver", 3)])
+def test_iris_reaches_093_test_accuracy_with_default_hyperparameters(iris_dataset, tmp_path, algorithm, ranks):
+    run_train(ranks, "--data", iris_dataset, "--out", tmp_path / "o", "--algorithm", algorithm, timeout=300)
+    m = pd.read_csv(tmp_path / "o" / "metrics.csv")
+    assert len(m) == 100
+    assert m["test_accuracy"].iloc[-1] >= 0.93
+
+
+@pytest.mark.parametrize(
+    "opts,ranks,message",
+    [
+        (Options(batch_size=0), 1, "batch_size must be a positive integer, got 0"),
+        (Options(learning_rate=-0.1), 1, "learning_rate must be positive, got -0.1"),
+        (Options(algorithm="allreduce"), 100, "100 training ranks but only 60 training samples"),
+        (Options(algorithm="paramserver"), 1, "paramserver needs at least 2 ranks"),
+        (Options(algorithm="gossip"), 1, "algorithm: unknown 'gossip'"),
+        (Options(sync_every=2), 1, "applies to allreduce only"),
+    ],
+)
+def test_bad_options_are_refused_with_the_reason(opts, ranks, message):
+    with pytest.raises(MpinetError, match=message):
+        check_options(opts, ranks, n_train=60)
+
+
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        (lambda d: np.save(d / "train_y.npy", np.zeros(59, dtype=np.int64)), "train_x has 60 rows but train_y has 59"),
+        (
+            lambda d: np.save(d / "test_y.npy", np.full(30, 7, dtype=np.int64)),
+            r"test_y\[0\] = 7 is outside the 3 classes",
+        ),
+        (lambda d: _nan_row(d / "train_x.npy", 17), "train_x row 17 holds NaN"),
+    ],
+)
+def test_bad_arrays_give_a_one_line_error(small_dataset, tmp_path, damage, message):
+    damage(small_dataset)
+    p = run_train(None, "--data", small_dataset, "--out", tmp_path / "o", check=False)
+    assert p.returncode == 1
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mpinet.train: error:")
+    assert pytest.importorskip("re").search(message, lines[0])
+    assert not (tmp_path / "o").exists()
+
+
+def _nan_row(path, row):
+    x = np.load(path)
+    x[row, 2] = np.nan
+    np.save(path, x)
+
+
+def test_divergence_stops_with_the_epoch(small_dataset, tmp_path):
+    p = run_train(
+        None, *_args(small_dataset, tmp_path / "o", "--learning-rate", "1e300", "--loss", "xent"), check=False
+    )
+    assert p.returncode == 1
+    assert "training diverged in epoch 1" in p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_help_describes_every_option():
+    p = subprocess.run([sys.executable, "-m", "mpinet.train", "--help"], capture_output=True, text=True, env=env())
+    assert p.returncode == 0
+    for opt in ("--algorithm", "--batch-size", "--learning-rate", "--expect-ranks", "--checkpoint", "--sync-every"):
+        assert opt in p.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_sigterm_then_rerun_resumes_to_the_uninterrupted_result(tmp_path):
+    data = write_dataset(tmp_path / "d", n_train=3000, n_test=100, dim=200)
+    args = ["--data", data, "--algorithm", "allreduce", "--epochs", 12, *F64, "--batch-size", 2]
+    run_train(2, *args, "--out", tmp_path / "ref", timeout=240)
+    ck = tmp_path / "ck" / "checkpoint.npz"
+    proc = subprocess.Popen(
+        train_cmd(2, *args, "--out", tmp_path / "o", "--checkpoint", ck),
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    deadline = time.monotonic() + 120
+    while not ck.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert ck.exists() and not (tmp_path / "o").exists()
+    with np.load(ck) as c:
+        done = int(c["epoch"])
+    assert 1 <= done < 12, err
+
+    p = run_train(2, *args, "--out", tmp_path / "o", "--checkpoint", ck, timeout=240)
+    assert f"resuming from checkpoint {ck} after epoch {done}" in p.stderr
+    assert np.array_equal(weights(tmp_path / "o"), weights(tmp_path / "ref"))
+    m, ref = pd.read_csv(tmp_path / "o" / "metrics.csv"), pd.read_csv(tmp_path / "ref" / "metrics.csv")
+    cols = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy"]
+    assert m[cols].equals(ref[cols])
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["resumed_from_epoch"] == done
+    assert not ck.exists()  # a finished run removes its checkpoint
