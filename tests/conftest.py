@@ -68,3 +68,29 @@ def run_train(ranks: int | None, *args, timeout: float = 120, check: bool = True
 def weights(out: Path) -> np.ndarray:
     with np.load(out / "weights.npz") as w:
         return w["params"]
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """A real HTTP server on 127.0.0.1 serving tmp_path/www; yields (base URL, directory)."""
+    import functools
+    import http.server
+    import threading
+
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", root
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="session")
+def synthetic_zip(tmp_path_factory) -> Path:
+    from mpinet.synthetic import make_archive
+
+    return make_archive(tmp_path_factory.mktemp("synthetic") / "intel.zip", 6, 3, 4, 24, seed=1)

@@ -190,7 +190,7 @@ def _decode_all(files, x_path, size, dim, skip_bad, skipped, workers, split) -> 
         small_path = x_path.with_name("small_" + x_path.name)
         small = open_memmap(small_path, mode="w+", dtype=np.float32, shape=(len(kept), dim))
         for s in range(0, len(kept), 1024):
-            small[s : s + 1024] = full[s : s + 1024]
+            small[s : s + 1024] = full[s : min(s + 1024, len(kept))]
         small.flush()
         del small, full
         os.replace(small_path, x_path)

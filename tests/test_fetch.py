@@ -1,0 +1,130 @@
+import hashlib
+import io
+import tarfile
+import zipfile
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from mpinet import MpinetError, dataset
+from mpinet.fetch import fetch, unpack
+from mpinet.images import prepare_images
+
+
+def _sha(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _nothing_left(tmp_path):
+    """Neither the output nor a staging directory nor a partial download is left behind."""
+    return not [p for p in tmp_path.rglob("*") if "raw" in p.name or p.suffix == ".part"]
+
+
+def test_download_checksum_unpack_and_preprocess_match_pillow(http_server, synthetic_zip, tmp_path):
+    url, www = http_server
+    (www / "intel.zip").write_bytes(synthetic_zip.read_bytes())
+    raw = fetch(f"{url}/intel.zip", tmp_path / "raw", sha256=_sha(synthetic_zip))
+    assert (raw / "seg_train" / "seg_train" / "forest").is_dir()
+    assert not list(tmp_path.glob(".raw.partial*"))
+    summary = prepare_images(raw, tmp_path / "ds", image_size=24)
+    a = dataset.load(tmp_path / "ds")
+    assert summary["synthetic"] is True
+    assert a.classes == ["buildings", "forest", "glacier", "mountain", "sea", "street"]
+    files = sorted((raw / "seg_train" / "seg_train").glob("*/*.jpg"))
+    assert len(files) == len(a.train_y) == 36
+    for i in (0, 17, 35):  # files are decoded in sorted order, class by class
+        expected = np.asarray(Image.open(files[i]).convert("RGB"), dtype=np.float32).reshape(-1) / 255
+        assert np.allclose(a.train_x[i], expected, atol=1e-7)
+        assert a.classes[a.train_y[i]] == files[i].parent.name
+
+
+def test_wrong_checksum_fails_and_leaves_nothing(http_server, synthetic_zip, tmp_path):
+    url, www = http_server
+    (www / "intel.zip").write_bytes(synthetic_zip.read_bytes())
+    with pytest.raises(MpinetError, match=r"intel.zip: sha256 is [0-9a-f]{64}, expected 0{64}"):
+        fetch(f"{url}/intel.zip", tmp_path / "raw", sha256="0" * 64)
+    assert _nothing_left(tmp_path)
+
+
+def test_http_404_names_url_and_status(http_server, tmp_path):
+    url, _ = http_server
+    with pytest.raises(MpinetError, match=rf"{url}/missing.zip: HTTP 404"):
+        fetch(f"{url}/missing.zip", tmp_path / "raw")
+    assert _nothing_left(tmp_path)
+
+
+def test_unreachable_server_gives_up_after_retries(tmp_path):
+    with pytest.raises(MpinetError, match=r"download failed after 2 attempts"):
+        fetch("http://127.0.0.1:9/x.zip", tmp_path / "raw", retries=2, timeout=2)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_truncated_archive_is_a_clear_error(http_server, synthetic_zip, tmp_path):
+    url, www = http_server
+    data = synthetic_zip.read_bytes()
+    (www / "cut.zip").write_bytes(data[: len(data) // 2])
+    with pytest.raises(MpinetError, match=r"cut.zip: (truncated or corrupt archive|not a zip or tar)"):
+        fetch(f"{url}/cut.zip", tmp_path / "raw")
+    assert _nothing_left(tmp_path)
+
+
+def test_local_archive_and_folder_sources_work(synthetic_zip, tmp_path):
+    fetch(str(synthetic_zip), tmp_path / "from_zip")
+    fetch(str(tmp_path / "from_zip"), tmp_path / "from_folder")
+    names = sorted(p.relative_to(tmp_path / "from_zip") for p in (tmp_path / "from_zip").rglob("*"))
+    assert names == sorted(p.relative_to(tmp_path / "from_folder") for p in (tmp_path / "from_folder").rglob("*"))
+
+
+def test_tar_gz_archives_unpack(tmp_path):
+    archive = tmp_path / "t.tar.gz"
+    with tarfile.open(archive, "w:gz") as t:
+        info = tarfile.TarInfo("data/iris.csv")
+        info.size = 6
+        t.addfile(info, io.BytesIO(b"a,b\n1,"))
+    unpack(archive, tmp_path / "out")
+    assert (tmp_path / "out" / "data" / "iris.csv").read_bytes() == b"a,b\n1,"
+
+
+def _zip_with(path, name):
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("ok.txt", "fine")
+        z.writestr(name, "evil")
+    return path
+
+
+@pytest.mark.parametrize("name", ["../evil.txt", "a/../../evil.txt", "/tmp/evil-abs.txt"])
+def test_zip_path_traversal_is_rejected_and_writes_nothing(tmp_path, name):
+    archive = _zip_with(tmp_path / "bad.zip", name)
+    with pytest.raises(MpinetError, match="refusing to unpack"):
+        fetch(str(archive), tmp_path / "sub" / "raw")
+    assert _nothing_left(tmp_path)
+    assert not list(tmp_path.rglob("evil*")) and not (tmp_path.parent / "evil.txt").exists()
+    assert not list(tmp_path.rglob("ok.txt"))  # checked before anything was extracted
+
+
+def test_tar_link_pointing_outside_is_rejected(tmp_path):
+    archive = tmp_path / "link.tar"
+    with tarfile.open(archive, "w") as t:
+        link = tarfile.TarInfo("data/passwd")
+        link.type, link.linkname = tarfile.SYMTYPE, "../../etc/passwd"
+        t.addfile(link)
+    with pytest.raises(MpinetError, match="points outside the target"):
+        unpack(archive, tmp_path / "out")
+    assert not (tmp_path / "out" / "data").exists()
+
+
+def test_kaggle_without_credentials_says_how_to_fix_it(tmp_path, monkeypatch):
+    for var in ("KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_API_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path / "nothing"))
+    with pytest.raises(MpinetError, match="no Kaggle credentials; set KAGGLE_USERNAME and KAGGLE_KEY") as e:
+        fetch("kaggle:puneet6060/intel-image-classification", tmp_path / "raw")
+    assert "point the dataset's source" in str(e.value) or "set the dataset's source" in str(e.value)
+    assert not (tmp_path / "raw").exists()
+
+
+def test_missing_local_source_is_named(tmp_path):
+    with pytest.raises(MpinetError, match="source /no/such/file.zip: no such file or directory"):
+        fetch("/no/such/file.zip", tmp_path / "raw")

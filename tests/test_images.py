@@ -1,0 +1,110 @@
+import numpy as np
+import pytest
+from PIL import Image
+
+from mpinet import MpinetError, dataset
+from mpinet.fetch import fetch
+from mpinet.images import find_splits, prepare_images
+
+
+def _folder(root, split, classes, n=3, size=20, seed=0):
+    rng = np.random.default_rng(seed)
+    for c in classes:
+        d = root / split / c
+        d.mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            Image.fromarray(rng.integers(0, 255, (size, size + 4, 3), dtype=np.uint8)).save(d / f"{i}.jpg")
+    return root
+
+
+@pytest.fixture
+def raw(synthetic_zip, tmp_path):
+    return fetch(str(synthetic_zip), tmp_path / "raw")
+
+
+def test_kaggle_nesting_and_plain_layout_are_found(raw, tmp_path):
+    s = find_splits(raw)
+    assert s["train"] == raw / "seg_train" / "seg_train" and s["pred"] == raw / "seg_pred" / "seg_pred"
+    plain = _folder(tmp_path / "plain", "train", ["a", "b"])
+    _folder(plain, "test", ["a", "b"])
+    assert find_splits(plain) == {"train": plain / "train", "test": plain / "test", "pred": None}
+
+
+def test_resize_matches_pillow_bilinear(tmp_path):
+    root = _folder(tmp_path / "r", "train", ["a", "b"], n=2, size=20)
+    _folder(root, "test", ["a", "b"], n=1, size=20, seed=1)
+    prepare_images(root, tmp_path / "ds", image_size=8)
+    a = dataset.load(tmp_path / "ds")
+    files = sorted((root / "train").glob("*/*.jpg"))
+    assert a.train_x.shape == (4, 8 * 8 * 3) and a.train_y.tolist() == [0, 0, 1, 1]
+    for row, f in zip(a.train_x, files):
+        img = Image.open(f).convert("RGB").resize((8, 8), Image.Resampling.BILINEAR)
+        assert np.allclose(row, np.asarray(img).reshape(-1) / 255, atol=1e-7)
+
+
+def test_missing_test_split_is_made_stratified_and_seeded(tmp_path):
+    root = _folder(tmp_path / "r", "train", ["a", "b", "c"], n=10)
+    s1 = prepare_images(root, tmp_path / "d1", image_size=8, test_fraction=0.3, seed=4)
+    prepare_images(root, tmp_path / "d2", image_size=8, test_fraction=0.3, seed=4)
+    assert s1["counts"]["test"] == {"a": 3, "b": 3, "c": 3}
+    assert s1["test_split"] == "made from the training folder"
+    assert np.array_equal(dataset.load(tmp_path / "d1").test_x, dataset.load(tmp_path / "d2").test_x)
+
+
+def test_per_channel_standardization_uses_training_statistics(raw, tmp_path):
+    s = prepare_images(raw, tmp_path / "ds", image_size=24, standardize=True)
+    a = dataset.load(tmp_path / "ds")
+    pixels = np.asarray(a.train_x).reshape(-1, 3)
+    assert np.allclose(pixels.mean(axis=0), 0, atol=1e-4) and np.allclose(pixels.std(axis=0), 1, atol=1e-3)
+    assert len(s["standardization"]["mean"]) == 3
+
+
+def test_pred_images_are_optional_extra_output(raw, tmp_path):
+    prepare_images(raw, tmp_path / "ds", image_size=24, include_pred=True)
+    assert np.load(tmp_path / "ds" / "pred_x.npy").shape == (4, 24 * 24 * 3)
+    assert len((tmp_path / "ds" / "pred_files.txt").read_text().splitlines()) == 4
+
+
+def test_corrupt_jpeg_stops_with_its_name_and_leaves_no_output(raw, tmp_path):
+    bad = raw / "seg_train" / "seg_train" / "sea" / "00002.jpg"
+    bad.write_bytes(bad.read_bytes()[:200])
+    with pytest.raises(MpinetError, match=r"sea/00002.jpg: cannot decode image .*skip_bad_images"):
+        prepare_images(raw, tmp_path / "ds", image_size=24)
+    assert not (tmp_path / "ds").exists()
+
+
+def test_skip_bad_images_lists_every_skipped_file(raw, tmp_path):
+    bad = raw / "seg_train" / "seg_train" / "sea" / "00002.jpg"
+    bad.write_bytes(b"not a jpeg")
+    s = prepare_images(raw, tmp_path / "ds", image_size=24, skip_bad_images=True)
+    assert [x["file"] for x in s["skipped_files"]] == [str(bad)]
+    assert s["counts"]["train"]["sea"] == 5 and s["shapes"]["train"] == [35, 24 * 24 * 3]
+    a = dataset.load(tmp_path / "ds")
+    assert len(a.train_x) == len(a.train_y) == 35
+
+
+def test_empty_class_folder_is_an_error(tmp_path):
+    root = _folder(tmp_path / "r", "train", ["a", "b"])
+    (root / "train" / "empty").mkdir()
+    with pytest.raises(MpinetError, match=r"train/empty: class folder holds no images"):
+        prepare_images(root, tmp_path / "ds", image_size=8)
+
+
+def test_single_class_dataset_is_an_error(tmp_path):
+    root = _folder(tmp_path / "r", "train", ["only"])
+    with pytest.raises(MpinetError, match=r"only one class folder \(only\); need at least 2"):
+        prepare_images(root, tmp_path / "ds", image_size=8)
+
+
+def test_train_and_test_class_sets_must_match(tmp_path):
+    root = _folder(tmp_path / "r", "train", ["a", "b"])
+    _folder(root, "test", ["a", "c"])
+    with pytest.raises(MpinetError, match=r"test classes differ .*only in train: \['b'\]; only in test: \['c'\]"):
+        prepare_images(root, tmp_path / "ds", image_size=8)
+    assert not (tmp_path / "ds").exists()
+
+
+def test_folder_without_images_says_what_layout_is_expected(tmp_path):
+    (tmp_path / "r").mkdir()
+    with pytest.raises(MpinetError, match=r"no training images found; expected seg_train/<class>/\*.jpg"):
+        prepare_images(tmp_path / "r", tmp_path / "ds")
