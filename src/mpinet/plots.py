@@ -13,10 +13,12 @@ import seaborn as sns  # noqa: E402
 
 DESIGN_COLORS = {"serial": "#4d4d4d", "allreduce": "#1f77b4", "paramserver": "#d62728"}
 DESIGN_NAMES = {"serial": "serial", "allreduce": "Allreduce", "paramserver": "parameter server (Send/Recv)"}
+SHORT_NAMES = {"serial": "serial", "allreduce": "Allreduce", "paramserver": "Send/Recv PS"}
+DESIGN_ORDER = {a: i for i, a in enumerate(DESIGN_COLORS)}
 DPI = 110
 
 
-def training_curves(epochs: pd.DataFrame, title: str, path) -> None:
+def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
     """Training loss and test accuracy per epoch, by design and rank count (the original's Loss/Accuracy figures)."""
     df = _label(epochs)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -29,10 +31,11 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> None:
         ax.set_ylabel(label)
     axes[0].set_yscale("log")
     axes[1].set_ylim(0, 1.02)
-    _finish(fig, axes, f"{title}: training curves (mean ± sd over seeds)", path)
+    axes[0].get_legend().remove()  # one legend for both panels
+    return _finish(fig, axes, f"{title}: training curves (mean ± sd over seeds)", path)
 
 
-def scaling(runs: pd.DataFrame, title: str, path) -> None:
+def scaling(runs: pd.DataFrame, title: str, path) -> dict:
     """Speedup and parallel efficiency against the 1-rank serial run, with the ideal lines."""
     df = _label(runs[runs["algorithm"] != "serial"].dropna(subset=["speedup"]))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -58,14 +61,15 @@ def scaling(runs: pd.DataFrame, title: str, path) -> None:
     for ax in axes:
         ax.set_xlabel("MPI processes (ranks)")
         ax.set_xticks(ranks)
-    _finish(fig, axes, f"{title}: strong scaling, fixed batch per rank", path)
+    return _finish(fig, axes, f"{title}: strong scaling, fixed batch per rank", path)
 
 
-def time_split(runs: pd.DataFrame, title: str, path) -> None:
+def time_split(runs: pd.DataFrame, title: str, path) -> dict:
     """Median epoch time split into compute and communication, per design and rank count."""
-    g = _label(runs).groupby(["design", "algorithm", "ranks"], sort=False)[["median_compute_s", "median_comm_s"]]
-    df = g.mean().reset_index().sort_values(["algorithm", "ranks"])
-    labels = [f"{d}\n{r} rank{'s' if r > 1 else ''}" for d, r in zip(df["design"], df["ranks"])]
+    g = runs.groupby(["algorithm", "ranks"], sort=False)[["median_compute_s", "median_comm_s"]]
+    df = g.mean().reset_index()
+    df = df.sort_values(["algorithm", "ranks"], key=lambda c: c.map(DESIGN_ORDER) if c.name == "algorithm" else c)
+    labels = [f"{SHORT_NAMES[a]}\n{r} rank{'s' if r > 1 else ''}" for a, r in zip(df["algorithm"], df["ranks"])]
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(df)), 4.5))
     x = np.arange(len(df))
     colors = [DESIGN_COLORS[a] for a in df["algorithm"]]
@@ -82,10 +86,10 @@ def time_split(runs: pd.DataFrame, title: str, path) -> None:
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_ylabel("time per epoch and rank (ms)")
     ax.legend(handles=ax.patches[:1] + ax.patches[len(df) : len(df) + 1], labels=["compute", "communication (hatched)"])
-    _finish(fig, [ax], f"{title}: where an epoch's time goes", path)
+    return _finish(fig, [ax], f"{title}: where an epoch's time goes", path)
 
 
-def time_to_accuracy(epochs: pd.DataFrame, title: str, path, target: float | None = None) -> None:
+def time_to_accuracy(epochs: pd.DataFrame, title: str, path, target: float | None = None) -> dict:
     """Test accuracy against cumulative training time (fair across global batch sizes)."""
     df = _label(epochs).sort_values(["run_dir", "epoch"])
     df["elapsed_s"] = df.groupby("run_dir")["time_s"].cumsum()
@@ -106,20 +110,20 @@ def time_to_accuracy(epochs: pd.DataFrame, title: str, path, target: float | Non
     ax.set_xlabel("training wall-clock time (s)")
     ax.set_ylabel("test accuracy")
     ax.set_ylim(0, 1.02)
-    _finish(fig, [ax], f"{title}: time to accuracy (each line one run)", path)
+    return _finish(fig, [ax], f"{title}: time to accuracy (each line one run)", path)
 
 
-def confusion(confusion_csv, title: str, path) -> None:
+def confusion(confusion_csv, title: str, path) -> dict:
     """Heatmap of a run's final confusion matrix (rows true class, columns predicted)."""
     m = pd.read_csv(confusion_csv, index_col=0)
     fig, ax = plt.subplots(figsize=(1.2 * len(m) + 3, 0.9 * len(m) + 2.5))
     sns.heatmap(m, annot=True, fmt="d", cmap="Blues", cbar_kws={"label": "test samples"}, ax=ax)
     ax.set_xlabel("predicted class")
     ax.set_ylabel("true class")
-    _finish(fig, [ax], title, path, legend=False)
+    return _finish(fig, [ax], title, path, legend=False)
 
 
-def class_counts(summary_json, title: str, path) -> None:
+def class_counts(summary_json, title: str, path) -> dict:
     """Samples per class in each split of a preprocessed dataset."""
     s = json.loads(Path(summary_json).read_text())
     df = pd.DataFrame(
@@ -130,7 +134,7 @@ def class_counts(summary_json, title: str, path) -> None:
     ax.set_xlabel("class")
     ax.set_ylabel("samples")
     kind = " (SYNTHETIC images)" if s.get("synthetic") else ""
-    _finish(fig, [ax], f"{title}{kind}: samples per class", path)
+    return _finish(fig, [ax], f"{title}{kind}: samples per class", path)
 
 
 def best_run(runs: pd.DataFrame, dataset: str) -> pd.Series:
@@ -139,23 +143,26 @@ def best_run(runs: pd.DataFrame, dataset: str) -> pd.Series:
     return r.iloc[0]
 
 
-def plot_dataset(dataset: str, epochs_csv, runs_csv, summary_json, out: dict, target: float | None = None) -> None:
-    """Every figure of one dataset; out maps figure name -> PNG path."""
+def plot_dataset(dataset: str, epochs_csv, runs_csv, summary_json, out: dict, target: float | None = None) -> dict:
+    """Every figure of one dataset; out maps figure name -> PNG path. Returns each figure's texts."""
     epochs = pd.read_csv(epochs_csv)
     runs = pd.read_csv(runs_csv)
     e, r = epochs[epochs["dataset"] == dataset], runs[runs["dataset"] == dataset]
-    training_curves(e, dataset, out["curves"])
-    scaling(r, dataset, out["scaling"])
-    time_split(r, dataset, out["time_split"])
-    time_to_accuracy(e, dataset, out["time_to_accuracy"], target)
+    texts = {
+        "curves": training_curves(e, dataset, out["curves"]),
+        "scaling": scaling(r, dataset, out["scaling"]),
+        "time_split": time_split(r, dataset, out["time_split"]),
+        "time_to_accuracy": time_to_accuracy(e, dataset, out["time_to_accuracy"], target),
+        "class_counts": class_counts(summary_json, dataset, out["class_counts"]),
+    }
     best = best_run(runs, dataset)
-    confusion(
+    texts["confusion"] = confusion(
         Path(best["run_dir"]) / "confusion.csv",
         f"{dataset}: confusion matrix of the best run ({best['algorithm']}, {best['ranks']} ranks, "
         f"seed {best['seed']}, test accuracy {best['final_test_accuracy']:.3f})",
         out["confusion"],
     )
-    class_counts(summary_json, dataset, out["class_counts"])
+    return texts
 
 
 def _label(df: pd.DataFrame) -> pd.DataFrame:
@@ -168,16 +175,24 @@ def _palette(df: pd.DataFrame) -> dict:
     return {DESIGN_NAMES[a]: c for a, c in DESIGN_COLORS.items() if a in set(df["algorithm"])}
 
 
-def _finish(fig, axes, title: str, path, legend: bool = True) -> None:
+def _finish(fig, axes, title: str, path, legend: bool = True) -> dict:
+    """Title, save atomically and close; returns the figure's texts (title, axis labels, legend entries)."""
     fig.suptitle(title, fontsize=11)
     if legend:
         for ax in axes:
-            if ax.get_legend_handles_labels()[0]:
+            if ax.get_legend() is not None:  # redraw, so lines added after seaborn's legend appear too
                 ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
+    texts = {
+        "title": title,
+        "xlabels": [ax.get_xlabel() for ax in axes],
+        "ylabels": [ax.get_ylabel() for ax in axes],
+        "legend": sorted({t.get_text() for ax in axes if ax.get_legend() for t in ax.get_legend().get_texts()}),
+    }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp.png")
     fig.savefig(tmp, dpi=DPI)
     plt.close(fig)
     tmp.replace(path)
+    return texts

@@ -1,0 +1,88 @@
+import math
+
+import pandas as pd
+import pytest
+
+from mpinet.aggregate import summarize_runs, summarize_seeds
+
+BASE = {
+    "dataset": "iris",
+    "batch_size": 4,
+    "learning_rate": 0.3,
+    "epochs": 3,
+    "hidden": "30-20",
+    "loss": "l2",
+    "standardize": True,
+    "dtype": "float32",
+    "sync_every": 1,
+    "train_samples": 100,
+}
+
+
+def _run(algorithm, ranks, seed, times, compute, comm, acc):
+    rows = []
+    for e, (t, c, m, a) in enumerate(zip(times, compute, comm, acc), start=1):
+        rows.append(
+            dict(
+                BASE,
+                algorithm=algorithm,
+                ranks=ranks,
+                seed=seed,
+                run_dir=f"{algorithm}-{ranks}-{seed}",
+                epoch=e,
+                train_loss=1.0 / e,
+                train_accuracy=a,
+                test_loss=1.0 / e,
+                test_accuracy=a,
+                time_s=t,
+                compute_s=c,
+                comm_s=m,
+                eval_s=0.01,
+                bytes_sent=1000 * (ranks > 1),
+            )
+        )
+    return rows
+
+
+@pytest.fixture
+def epochs():
+    rows = []
+    rows += _run("serial", 1, 1, [2.0, 2.0, 4.0], [2.0, 2.0, 4.0], [0, 0, 0], [0.5, 0.8, 0.95])
+    rows += _run("allreduce", 2, 1, [1.25, 1.25, 2.0], [1.0, 1.0, 1.5], [0.25, 0.25, 0.5], [0.6, 0.92, 0.93])
+    rows += _run("paramserver", 3, 1, [1.0, 1.0, 1.0], [0.5, 0.5, 0.5], [0.5, 0.5, 0.5], [0.3, 0.4, 0.5])
+    rows += _run("serial", 1, 2, [3.0, 3.0, 3.0], [3.0, 3.0, 3.0], [0, 0, 0], [0.9, 0.9, 0.9])
+    rows += _run("allreduce", 2, 2, [1.0, 1.0, 1.0], [0.8, 0.8, 0.8], [0.2, 0.2, 0.2], [0.9, 0.9, 0.9])
+    return pd.DataFrame(rows)
+
+
+def test_speedup_efficiency_comm_share_and_time_to_accuracy_are_exact(epochs):
+    runs = summarize_runs(epochs, target_accuracy=0.9).set_index("run_dir")
+    ar = runs.loc["allreduce-2-1"]
+    assert ar["median_epoch_s"] == 1.25
+    assert ar["speedup"] == 2.0 / 1.25 == 1.6  # serial seed 1: median epoch 2.0 s
+    assert ar["efficiency"] == 0.8
+    assert ar["comm_share"] == pytest.approx(1.0 / 4.5)  # 0.25 + 0.25 + 0.5 over 3.5 compute + 1.0 comm
+    assert ar["time_to_target_s"] == 2.5  # 0.92 >= 0.9 first in epoch 2, after 1.25 + 1.25 s
+    assert ar["total_train_s"] == 4.5
+    assert ar["samples_per_s"] == pytest.approx(300 / 4.5)
+    ps = runs.loc["paramserver-3-1"]
+    assert ps["speedup"] == 2.0 and ps["efficiency"] == pytest.approx(2 / 3)
+    assert ps["comm_share"] == 0.5 and math.isnan(ps["time_to_target_s"])
+    assert ps["best_test_accuracy"] == 0.5 and ps["final_test_accuracy"] == 0.5
+    serial = runs.loc["serial-1-1"]
+    assert serial["speedup"] == 1.0 and serial["comm_share"] == 0.0 and serial["time_to_target_s"] == 8.0
+    assert runs.loc["allreduce-2-2", "speedup"] == 3.0  # matched with the seed-2 serial run, not seed 1
+
+
+def test_seeds_are_summarized_with_mean_and_spread(epochs):
+    seeds = summarize_seeds(summarize_runs(epochs, 0.9))
+    ar = seeds[seeds["algorithm"] == "allreduce"].iloc[0]
+    assert ar["seeds"] == 2
+    assert ar["speedup_mean"] == pytest.approx((1.6 + 3.0) / 2)
+    assert ar["speedup_std"] == pytest.approx(pd.Series([1.6, 3.0]).std())
+    assert ar["final_test_accuracy_mean"] == pytest.approx(0.915)
+
+
+def test_runs_without_a_serial_baseline_have_no_speedup(epochs):
+    runs = summarize_runs(epochs[epochs["algorithm"] != "serial"], 0.9)
+    assert runs["speedup"].isna().all() and runs["efficiency"].isna().all()

@@ -1,0 +1,53 @@
+import pytest
+
+from mpinet import MpinetError
+from mpinet.experiments import expand_sweeps, train_arguments
+
+DATASETS = {"iris": {}, "images": {}}
+
+
+def test_lists_are_crossed_and_impossible_combinations_dropped():
+    df = expand_sweeps(
+        [{"dataset": "iris", "algorithm": ["serial", "allreduce", "paramserver"], "ranks": [1, 2, 3], "seed": [1, 2]}],
+        DATASETS,
+    )
+    pairs = set(zip(df["algorithm"], df["ranks"]))
+    assert pairs == {
+        ("serial", 1),
+        ("allreduce", 1),
+        ("allreduce", 2),
+        ("allreduce", 3),
+        ("paramserver", 2),
+        ("paramserver", 3),
+    }
+    assert len(df) == 6 * 2
+    assert set(df["hidden"]) == {"30-20"}
+
+
+def test_hidden_is_one_architecture_or_a_list_of_them():
+    one = expand_sweeps([{"dataset": "iris", "hidden": [40, 10]}], DATASETS)
+    two = expand_sweeps([{"dataset": "iris", "hidden": [[40, 10], [8]]}], DATASETS)
+    assert one["hidden"].tolist() == ["40-10"] and two["hidden"].tolist() == ["40-10", "8"]
+
+
+def test_train_arguments_carry_every_parameter():
+    row = expand_sweeps([{"dataset": "iris", "algorithm": "paramserver", "ranks": 3}], DATASETS).iloc[0]
+    args = train_arguments(row.to_dict())
+    assert "--algorithm paramserver" in args and "--expect-ranks 3" in args and "--hidden 30 20" in args
+    assert "--standardize true" in args
+
+
+@pytest.mark.parametrize(
+    "sweep,message",
+    [
+        ({"dataset": "mnist"}, r"experiments\[0\].dataset: 'mnist' is not defined under datasets"),
+        ({"dataset": "iris", "algorithm": "gossip"}, r"experiments\[0\].algorithm: unknown 'gossip'"),
+        ({"dataset": "iris", "batch_size": 0}, r"experiments\[0\].batch_size: must be a positive integer, got 0"),
+        ({"dataset": "iris", "learning_rate": -1}, r"experiments\[0\].learning_rate: must be a positive number"),
+        ({"dataset": "iris", "colour": "red"}, r"experiments\[0\]: unknown key\(s\) colour"),
+        ({"dataset": "iris", "algorithm": "paramserver", "ranks": 1}, r"experiments\[0\]: no runnable combination"),
+    ],
+)
+def test_bad_sweeps_name_the_key(sweep, message):
+    with pytest.raises(MpinetError, match=message):
+        expand_sweeps([sweep], DATASETS)

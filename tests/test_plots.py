@@ -1,0 +1,76 @@
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_train, write_dataset
+from PIL import Image
+
+from mpinet.aggregate import write_tables
+from mpinet.experiments import DEFAULTS
+from mpinet.plots import plot_dataset
+
+FIGURES = ["curves", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """Five real runs of a small dataset (serial, Allreduce on 1 and 2 ranks, parameter server on 2 and 3)."""
+    tmp = tmp_path_factory.mktemp("plots")
+    data = write_dataset(tmp / "data", n_train=90, n_test=30)
+    (data / "summary.json").write_text(
+        json.dumps(
+            {
+                "classes": ["c0", "c1", "c2"],
+                "counts": {"train": {"c0": 30, "c1": 31, "c2": 29}, "test": {"c0": 10, "c1": 10, "c2": 10}},
+            }
+        )
+    )
+    runs = []
+    for algorithm, ranks in (("serial", 1), ("allreduce", 1), ("allreduce", 2), ("paramserver", 2), ("paramserver", 3)):
+        out = tmp / "runs" / f"{algorithm}-{ranks}"
+        launcher = None if algorithm == "serial" else ranks
+        run_train(
+            launcher, "--data", data, "--out", out, "--algorithm", algorithm, "--epochs", 8, "--learning-rate", 1.0
+        )
+        runs.append(
+            dict(DEFAULTS, dataset="small", algorithm=algorithm, ranks=ranks, epochs=8, hidden="30-20", dir=out)
+        )
+    m = tmp / "metrics"
+    m.mkdir()
+    write_tables(runs, 0.8, m / "epochs.csv", m / "runs.csv", m / "seeds.csv")
+    out = {f: tmp / "plots" / f"{f}.png" for f in FIGURES}
+    texts = plot_dataset("small", m / "epochs.csv", m / "runs.csv", data / "summary.json", out, target=0.8)
+    return out, texts, m
+
+
+def test_every_figure_is_a_real_non_blank_png(small_run):
+    out, _, _ = small_run
+    for name, path in out.items():
+        with Image.open(path) as img:
+            assert img.format == "PNG" and img.width > 400 and img.height > 300, name
+            pixels = np.asarray(img.convert("L"))
+        assert pixels.std() > 10, f"{name} looks blank"
+
+
+def test_figures_carry_titles_axis_labels_with_units_and_design_legends(small_run):
+    _, texts, _ = small_run
+    assert "training curves" in texts["curves"]["title"]
+    assert texts["curves"]["xlabels"] == ["epoch", "epoch"]
+    assert {"Allreduce", "parameter server (Send/Recv)", "serial"} <= set(texts["curves"]["legend"])
+    assert texts["scaling"]["xlabels"][0] == "MPI processes (ranks)"
+    assert "ideal" in texts["scaling"]["legend"] and "speedup" in texts["scaling"]["ylabels"][0]
+    assert texts["time_split"]["ylabels"] == ["time per epoch and rank (ms)"]
+    assert texts["time_to_accuracy"]["xlabels"] == ["training wall-clock time (s)"]
+    assert "best run" in texts["confusion"]["title"]
+    assert texts["confusion"]["xlabels"] == ["predicted class"]
+    assert texts["class_counts"]["ylabels"] == ["samples"]
+
+
+def test_tables_hold_every_run_and_epoch(small_run):
+    _, _, m = small_run
+    epochs, runs = pd.read_csv(m / "epochs.csv"), pd.read_csv(m / "runs.csv")
+    assert len(epochs) == 5 * 8 and len(runs) == 5
+    assert runs.loc[runs["algorithm"] == "serial", "speedup"].item() == 1.0
+    assert runs["speedup"].notna().all()
+    assert (runs.loc[runs["ranks"] > 1, "comm_share"] > 0).all()

@@ -1,0 +1,227 @@
+"""The Snakemake workflow run for real in a temporary copy of the repository."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO, env
+
+pytestmark = pytest.mark.workflow
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+TINY = {
+    "datasets": {
+        "iris": {"source": "data/iris.csv", "format": "csv", "test_fraction": 0.3, "split_seed": 0},
+        "images": {"source": "synthetic:intel", "format": "images", "image_size": 16},
+    },
+    "synthetic": {"train_per_class": 8, "test_per_class": 3, "pred_count": 2, "size": 16},
+    "experiments": [
+        {
+            "dataset": "iris",
+            "algorithm": ["serial", "allreduce", "paramserver"],
+            "ranks": [1, 2],
+            "learning_rate": [0.3],
+            "epochs": 5,
+            "seed": 1,
+        },
+        {"dataset": "images", "algorithm": ["serial", "allreduce"], "ranks": [1, 2], "batch_size": 8, "epochs": 3},
+    ],
+    "target_accuracy": 0.8,
+}
+
+
+def copy_repo(dest: Path) -> Path:
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True)
+    for name in files.stdout.splitlines():
+        src = REPO / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def write_config(wd: Path, config: dict, name="test.yaml") -> Path:
+    path = wd / "config" / name
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def snakemake(wd: Path, *args, check=True, timeout=600) -> subprocess.CompletedProcess:
+    cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml", *args]
+    p = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=timeout, env=env())
+    if check and p.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}")
+    return p
+
+
+def planned(wd: Path) -> dict[str, int]:
+    """Jobs a dry run would execute, by rule (empty when there is nothing to do)."""
+    p = snakemake(wd, "-n", "--quiet", "rules")
+    jobs = {}
+    for line in (p.stdout + p.stderr).splitlines():
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if m and m.group(1) != "total":
+            jobs[m.group(1)] = int(m.group(2))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    wd = copy_repo(tmp_path_factory.mktemp("wf"))
+    write_config(wd, TINY)
+    snakemake(wd)
+    return wd
+
+
+def test_workflow_produces_tables_plots_and_runs(workdir):
+    runs = pd.read_csv(workdir / "results/metrics/runs.csv")
+    assert len(runs) == 4 + 3  # iris: serial, allreduce on 1 and 2, paramserver on 2; images: 3
+    assert set(runs["dataset"]) == {"iris", "images"}
+    for d in ("iris", "images"):
+        for f in ("curves", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"):
+            assert (workdir / f"results/plots/{d}/{f}.png").stat().st_size > 10_000
+    run = workdir / "results/runs/iris/algorithm~allreduce/ranks~2/batch_size~4/learning_rate~0.3/epochs~5"
+    assert (run / "hidden~30-20/loss~l2/standardize~True/dtype~float32/sync_every~1/seed~1/metrics.csv").exists()
+    assert not list((workdir / "results").rglob("checkpoint.npz"))  # finished runs leave no checkpoint
+    assert "synthetic" in (workdir / "resources/data/images/summary.json").read_text()
+
+
+def test_second_run_has_nothing_to_do(workdir):
+    assert planned(workdir) == {}
+
+
+def test_report_lists_every_plot_and_table(workdir):
+    snakemake(workdir, "--report", "results/report.html")
+    html = (workdir / "results/report.html").read_text()
+    for d in ("iris", "images"):
+        for f in ("curves", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"):
+            assert f"results/plots/{d}/{f}.png" in html, f
+    for t in ("epochs.csv", "runs.csv", "seeds.csv"):
+        assert f"results/metrics/{t}" in html
+    for category in ("Training curves", "Scaling", "Tables", "Data"):
+        assert category in html
+
+
+def test_changing_one_learning_rate_reruns_only_its_experiments(workdir):
+    cfg = yaml.safe_load(yaml.safe_dump(TINY))
+    cfg["experiments"][0]["learning_rate"] = [0.3, 0.5]
+    write_config(workdir, cfg)
+    try:
+        jobs = planned(workdir)
+        assert jobs.get("train_single", 0) + jobs.get("train_mpi", 0) == 4  # the 4 iris runs with lr 0.5
+        assert jobs.get("prepare", 0) == 0 and jobs.get("fetch", 0) == 0
+        assert jobs["aggregate"] == 1 and jobs["plots"] == 2
+    finally:
+        write_config(workdir, TINY)
+
+
+def test_adding_a_rank_count_schedules_only_the_new_experiments(workdir):
+    cfg = yaml.safe_load(yaml.safe_dump(TINY))
+    cfg["experiments"][0]["ranks"] = [1, 2, 3]
+    write_config(workdir, cfg)
+    try:
+        jobs = planned(workdir)
+        assert jobs.get("train_mpi") == 2 and "train_single" not in jobs  # allreduce and paramserver on 3
+    finally:
+        write_config(workdir, TINY)
+
+
+def test_code_edits_rerun_exactly_the_jobs_that_use_the_code(workdir):
+    plots = workdir / "src/mpinet/plots.py"
+    model = workdir / "src/mpinet/model.py"
+    old_plots, old_model = plots.read_text(), model.read_text()
+    try:
+        plots.write_text(old_plots + "\n# edited\n")
+        assert planned(workdir) == {"plots": 2, "all": 1}
+        plots.write_text(old_plots)
+        model.write_text(old_model + "\n# edited\n")
+        jobs = planned(workdir)
+        assert jobs["train_single"] == 4 and jobs["train_mpi"] == 3 and "prepare" not in jobs
+    finally:
+        plots.write_text(old_plots)
+        model.write_text(old_model)
+        snakemake(workdir, "--touch")  # restore "up to date" without retraining
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda c: c.update(colour="red"), "Additional properties are not allowed ('colour' was unexpected)"),
+        (lambda c: c["experiments"][0].update(algorithm="gossip"), "gossip"),
+        (lambda c: c["experiments"][0].update(dataset="mnist"), "experiments[0].dataset: 'mnist' is not defined"),
+        (lambda c: c["experiments"][1].update(batch_size=0), "batch_size"),
+        (lambda c: c["experiments"][0].update(learning_rate=-0.1), "learning_rate"),
+        (lambda c: c["experiments"][0].update(algorithm="paramserver", ranks=1), "no runnable combination"),
+    ],
+)
+def test_bad_config_fails_before_any_job_with_the_key(tmp_path, change, message):
+    wd = tmp_path
+    for part in ("Snakefile", "workflow", "config", "data", "src"):
+        src = REPO / part
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, wd / part)
+    cfg = yaml.safe_load(yaml.safe_dump(TINY))
+    change(cfg)
+    write_config(wd, cfg)
+    p = snakemake(wd, check=False, timeout=120)
+    assert p.returncode != 0
+    assert message in p.stdout + p.stderr
+    assert not (wd / "results").exists() and not (wd / "resources").exists()
+
+
+@pytest.mark.timeout(600)
+def test_interrupted_experiment_resumes_and_finished_ones_are_kept(tmp_path):
+    wd = copy_repo(tmp_path)
+    cfg = {
+        "datasets": {"images": {"source": "synthetic:intel", "format": "images", "image_size": 48}},
+        "synthetic": {"train_per_class": 200, "test_per_class": 5, "size": 48},
+        "experiments": [
+            {"dataset": "images", "algorithm": "serial", "batch_size": 8, "epochs": 2, "seed": 1},
+            {"dataset": "images", "algorithm": "allreduce", "ranks": 2, "batch_size": 1, "epochs": 40, "seed": 1},
+        ],
+    }
+    write_config(wd, cfg)
+    cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml", "--keep-going"]
+    proc = subprocess.Popen(cmd, cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env())
+    checkpoints = wd / "results" / "checkpoints"
+    deadline = time.monotonic() + 300
+    while not list(checkpoints.rglob("checkpoint.npz")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    ck = next(checkpoints.rglob("checkpoint.npz"))
+    # what SLURM does at a time limit: SIGTERM to the job's processes (here: the MPI launcher)
+    launcher = next(p for p in _children(proc.pid) if "mpiexec" in " ".join(_cmdline(p)))
+    os.kill(launcher, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0, out
+    assert ck.exists()
+    serial_metrics = next((wd / "results/runs/images/algorithm~serial").rglob("metrics.csv"))
+    assert serial_metrics.exists()
+    assert planned(wd).get("train_mpi") == 1 and "train_single" not in planned(wd)
+    snakemake(wd, timeout=600)
+    log = next((wd / "logs/train/images/algorithm~allreduce").rglob("*.log")).read_text()
+    assert "resuming from checkpoint" in log
+    assert not ck.exists()
+    metrics = pd.read_csv(next((wd / "results/runs/images/algorithm~allreduce").rglob("metrics.csv")))
+    assert metrics["epoch"].tolist() == list(range(1, 41))
+
+
+def _children(pid):
+    import psutil
+
+    return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+
+
+def _cmdline(pid):
+    import psutil
+
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.NoSuchProcess:
+        return []
