@@ -5,6 +5,7 @@
 spends in them, so the training loop reports compute and communication separately.
 """
 
+import os
 import socket
 import time
 
@@ -96,6 +97,7 @@ class Comm:
 
 def world() -> Comm:
     """MPI.COMM_WORLD, initialising MPI on first use (mpi4py is imported only here)."""
+    _drop_stale_pmi()
     from mpi4py import MPI
 
     return Comm(MPI.COMM_WORLD)
@@ -109,3 +111,20 @@ def mpi_library_version() -> str:
 
 def hostname() -> str:
     return socket.gethostname()
+
+
+def _drop_stale_pmi() -> None:
+    """Forget a PMI connection whose file descriptor an intermediate process closed.
+
+    Under SLURM a 1-rank job runs inside `srun -n 1`, whose PMI socket (PMI_FD) Snakemake's
+    job step does not pass on to the shell command; MPICH would fail in MPI_Init trying
+    to use it. Without the PMI variables it starts as a singleton, which is what we want.
+    """
+    fd = os.environ.get("PMI_FD")
+    if fd is None:
+        return
+    try:
+        os.fstat(int(fd))
+    except (OSError, ValueError):
+        for key in [k for k in os.environ if k.startswith("PMI_")]:
+            del os.environ[key]

@@ -9,7 +9,9 @@ from mpinet.tables import prepare_table
 TABLE_SUFFIXES = (".csv", ".data", ".txt", ".tsv")
 
 
-def prepare_dataset(raw_dir: str | Path, out_dir: str | Path, fmt: str, options: dict, source: str = "") -> dict:
+def prepare_dataset(
+    raw_dir: str | Path, out_dir: str | Path, fmt: str, options: dict, source: str = "", workers: int | None = None
+) -> dict:
     """Write the dataset directory out_dir from raw_dir; options are the dataset's config keys."""
     if fmt == "csv":
         return prepare_table(
@@ -30,6 +32,7 @@ def prepare_dataset(raw_dir: str | Path, out_dir: str | Path, fmt: str, options:
             seed=options.get("split_seed", 0),
             skip_bad_images=options.get("skip_bad_images", False),
             include_pred=options.get("include_pred", False),
+            workers=workers,
             source=source,
         )
     raise MpinetError(f"format: unknown '{fmt}'; expected csv or images")

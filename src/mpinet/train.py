@@ -42,6 +42,7 @@ METRIC_COLUMNS = (
     "bytes_sent",
 )
 EVAL_BATCH = 1024
+SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "SLURM_MPI_TYPE", "SLURM_CLUSTER_NAME")
 
 
 @dataclass
@@ -340,6 +341,8 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
         ],
         "blas_threads": blas_threads,
         "environment": {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ},
+        # set by srun in every task it starts: shows the ranks came from SLURM, and how many
+        "slurm": {k: os.environ[k] for k in SLURM_VARIABLES if k in os.environ},
     }
     if comm.mpi is not None:
         import mpi4py

@@ -48,7 +48,7 @@ rule prepare:
         "logs/data/prepare_{dataset}.log",
     conda:
         "../envs/mpinet.yaml"
-    threads: workflow.cores
+    threads: 2
     params:
         fmt=dataset_option("format"),
         options=get_dataset_options,

@@ -7,4 +7,5 @@ from mpinet.script import run_step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 out_dir = Path(sm.output[0]).parent
-run_step(sm.log[0], prepare_dataset, sm.input.raw, out_dir, sm.params.fmt, sm.params.options, sm.params.source)
+p = sm.params
+run_step(sm.log[0], prepare_dataset, sm.input.raw, out_dir, p.fmt, p.options, p.source, workers=sm.threads)
