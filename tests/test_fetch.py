@@ -2,6 +2,7 @@ import hashlib
 import io
 import tarfile
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,9 +32,11 @@ def test_download_checksum_unpack_and_preprocess_match_pillow(http_server, synth
     a = dataset.load(tmp_path / "ds")
     assert summary["synthetic"] is True
     assert a.classes == ["buildings", "forest", "glacier", "mountain", "sea", "street"]
-    files = sorted((raw / "seg_train" / "seg_train").glob("*/*.jpg"))
+    files = [Path(f) for f in (tmp_path / "ds" / "train_files.txt").read_text().splitlines()]
+    assert sorted(files) == sorted((raw / "seg_train" / "seg_train").glob("*/*.jpg"))
     assert len(files) == len(a.train_y) == 36
-    for i in (0, 17, 35):  # files are decoded in sorted order, class by class
+    assert [f.parent.name for f in files[:6]] != sorted(f.parent.name for f in files[:6])  # stored shuffled
+    for i in (0, 17, 35):
         expected = np.asarray(Image.open(files[i]).convert("RGB"), dtype=np.float32).reshape(-1) / 255
         assert np.allclose(a.train_x[i], expected, atol=1e-7)
         assert a.classes[a.train_y[i]] == files[i].parent.name

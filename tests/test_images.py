@@ -35,8 +35,9 @@ def test_resize_matches_pillow_bilinear(tmp_path):
     _folder(root, "test", ["a", "b"], n=1, size=20, seed=1)
     prepare_images(root, tmp_path / "ds", image_size=8)
     a = dataset.load(tmp_path / "ds")
-    files = sorted((root / "train").glob("*/*.jpg"))
-    assert a.train_x.shape == (4, 8 * 8 * 3) and a.train_y.tolist() == [0, 0, 1, 1]
+    files = (tmp_path / "ds" / "train_files.txt").read_text().splitlines()
+    assert a.train_x.shape == (4, 8 * 8 * 3) and sorted(a.train_y.tolist()) == [0, 0, 1, 1]
+    assert [a.classes[y] for y in a.train_y] == [f.split("/")[-2] for f in files]
     for row, f in zip(a.train_x, files):
         img = Image.open(f).convert("RGB").resize((8, 8), Image.Resampling.BILINEAR)
         assert np.allclose(row, np.asarray(img).reshape(-1) / 255, atol=1e-7)

@@ -53,11 +53,11 @@ def test_outputs_are_tidy_and_complete(small_dataset, tmp_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_allreduce_matches_serial_with_p_times_the_batch(tmp_path, ranks):
+@pytest.mark.parametrize("ranks,shuffle", [(2, "samples"), (3, "samples"), (3, "batches")])
+def test_allreduce_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffle):
     data = write_dataset(tmp_path / "d", n_train=61, n_test=10)  # 61: the last global batch is partial
-    run_train(None, *_args(data, tmp_path / "s", "--batch-size", 4 * ranks))
-    run_train(ranks, *_args(data, tmp_path / "a", "--batch-size", 4, "--algorithm", "allreduce"))
+    run_train(None, *_args(data, tmp_path / "s", "--batch-size", 4 * ranks, "--shuffle", shuffle))
+    run_train(ranks, *_args(data, tmp_path / "a", "--batch-size", 4, "--algorithm", "allreduce", "--shuffle", shuffle))
     serial, allreduce = weights(tmp_path / "s"), weights(tmp_path / "a")
     assert np.abs(serial - allreduce).max() < 1e-10
     assert not np.allclose(serial, weights_after_zero_epochs(data, tmp_path))  # training moved the weights
@@ -273,3 +273,14 @@ def test_sigterm_then_rerun_resumes_to_the_uninterrupted_result(tmp_path):
     assert m[cols].equals(ref[cols])
     assert json.loads((tmp_path / "o" / "run.json").read_text())["resumed_from_epoch"] == done
     assert not ck.exists()  # a finished run removes its checkpoint
+
+
+def test_batch_shuffle_reads_rows_without_copying():
+    from mpinet.train import _rows
+
+    x = np.arange(40, dtype=np.float32).reshape(10, 4)
+    buf32, buf64 = np.empty((3, 4), np.float32), np.empty((3, 4), np.float64)
+    view = _rows(x, np.arange(4, 7), buf32)
+    assert np.shares_memory(view, x) and view.tolist() == x[4:7].tolist()
+    converted = _rows(x, np.arange(4, 7), buf64)
+    assert converted.dtype == np.float64 and np.array_equal(converted, x[4:7])

@@ -19,6 +19,7 @@ COLUMNS = (
     "standardize",
     "dtype",
     "sync_every",
+    "shuffle",
     "seed",
 )
 DEFAULTS = {
@@ -32,6 +33,7 @@ DEFAULTS = {
     "standardize": True,
     "dtype": "float32",
     "sync_every": 1,
+    "shuffle": "samples",
     "seed": 1,
 }
 
@@ -84,6 +86,7 @@ def train_arguments(row: dict) -> str:
             f"--standardize {str(row['standardize']).lower()}",
             f"--dtype {row['dtype']}",
             f"--sync-every {row['sync_every']}",
+            f"--shuffle {row['shuffle']}",
             f"--seed {row['seed']}",
         ]
     )

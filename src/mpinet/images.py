@@ -96,6 +96,10 @@ def prepare_images(
         train_files, train_y = [train_files[i] for i in tr], train_y[tr]
         made_split = True
 
+    # Training rows are stored in a seeded random order (contiguous batches are then random mixtures);
+    # train_files.txt says which file each row came from.
+    perm = np.random.default_rng([seed, 1]).permutation(len(train_files))
+    train_files, train_y = [train_files[i] for i in perm], train_y[perm]
     staging = dataset.staging_dir(out_dir)
     skipped: list[dict] = []
     dim = image_size * image_size * 3
@@ -107,12 +111,11 @@ def prepare_images(
     for split, files, y in jobs:
         x_path = staging / f"{split}_x.npy"
         kept = _decode_all(files, x_path, image_size, dim, skip_bad_images, skipped, workers, split)
+        (staging / f"{split}_files.txt").write_text("".join(f"{files[i]}\n" for i in kept))
         if y is not None:
             y = y[kept]
             np.save(staging / f"{split}_y.npy", y)
             counts[split] = {c: int((y == i).sum()) for i, c in enumerate(classes)}
-        else:
-            (staging / "pred_files.txt").write_text("".join(f"{files[i]}\n" for i in kept))
         if y is not None and len(y) == 0:
             raise MpinetError(f"{root}: every {split} image was skipped as unreadable")
 
@@ -140,7 +143,7 @@ def prepare_images(
         "synthetic": (Path(root) / SYNTHETIC_MARKER).exists(),
     }
     del train_x
-    for extra in ("pred_x.npy", "pred_files.txt"):  # optional unlabelled images, moved before the summary
+    for extra in ("train_files.txt", "test_files.txt", "pred_x.npy", "pred_files.txt"):  # before the summary
         if (staging / extra).exists():
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             os.replace(staging / extra, Path(out_dir) / extra)

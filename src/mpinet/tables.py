@@ -83,6 +83,7 @@ def prepare_table(
         raise MpinetError(f"{path}: only one class ({classes[0]!r}) in the label column; need at least 2")
     y = np.array([classes.index(lab) for lab in labels], dtype=np.int64)
     train_idx, test_idx = stratified_split(y, test_fraction, seed)
+    train_idx = np.random.default_rng([seed, 1]).permutation(train_idx)  # stored shuffled: see train.SHUFFLES
     mean = x[train_idx].mean(axis=0)
     std = x[train_idx].std(axis=0)
     std[std == 0] = 1.0  # a constant feature carries no information; leave it at zero

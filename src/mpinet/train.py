@@ -1,11 +1,17 @@
 """Training: the epoch loop shared by the serial, Allreduce and parameter-server designs, and its CLI.
 
-Sample order: in epoch e every rank draws the same permutation of the N training rows
-from the seed pair (seed, e). Step k takes the next global batch of b * D rows (D = ranks
-that train) and rank i trains on the i-th of D equal slices of it, read from the
-memory-mapped array. The averaged update of that step is therefore exactly the full-batch
-gradient of the global batch, so `allreduce` on P ranks with batch b equals `serial` with
-batch b * P, and the parameter server with P workers equals `allreduce` on P ranks.
+Sample order: in epoch e every rank draws the same random order from the seed pair
+(seed, e). Step k takes the next global batch of b * D rows (D = ranks that train) and
+rank i trains on the i-th of D equal slices of it, read from the memory-mapped array. The
+averaged update of a step is therefore exactly the gradient of the whole global batch, so
+`allreduce` on P ranks with batch b equals `serial` with batch b * P, and the parameter
+server with P workers equals `allreduce` on P ranks.
+
+`shuffle` picks what the random order permutes: `samples` (every epoch a fresh permutation
+of the rows; each rank copies its rows into a contiguous buffer) or `batches` (the rows stay
+in the order preprocessing stored them, which is already a seeded random order, and the
+order of the contiguous global batches is shuffled; a rank's slice is then a view into the
+memory map, with no copy at all).
 """
 
 import argparse
@@ -28,6 +34,7 @@ from mpinet.comm import Comm, hostname, mpi_library_version, world
 from mpinet.model import LOSSES, Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
 
 ALGORITHMS = ("serial", "allreduce", "paramserver")
+SHUFFLES = ("samples", "batches")
 DTYPES = ("float32", "float64")
 METRIC_COLUMNS = (
     "epoch",
@@ -59,6 +66,7 @@ class Options:
     standardize: bool = True
     dtype: str = "float32"
     sync_every: int = 1
+    shuffle: str = "samples"
 
 
 @dataclass
@@ -90,6 +98,8 @@ def check_options(opts: Options, ranks: int, n_train: int) -> None:
         raise MpinetError(f"loss: unknown '{opts.loss}'; expected one of {', '.join(LOSSES)}")
     if opts.dtype not in DTYPES:
         raise MpinetError(f"dtype: unknown '{opts.dtype}'; expected one of {', '.join(DTYPES)}")
+    if opts.shuffle not in SHUFFLES:
+        raise MpinetError(f"shuffle: unknown '{opts.shuffle}'; expected one of {', '.join(SHUFFLES)}")
     if opts.sync_every < 1:
         raise MpinetError(f"sync_every must be at least 1, got {opts.sync_every}")
     if opts.sync_every > 1 and opts.algorithm != "allreduce":
@@ -133,17 +143,23 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, checkpoint: Path | 
     steps = math.ceil(n / global_batch)
     lr = opts.learning_rate
     for epoch in range(start_epoch + 1, opts.epochs + 1):
-        order = np.random.default_rng([opts.seed, epoch]).permutation(n)
+        rng = np.random.default_rng([opts.seed, epoch])
+        order = rng.permutation(n) if opts.shuffle == "samples" else rng.permutation(steps) * global_batch
         sums = np.zeros(3)  # training loss, correct predictions, samples: this rank's share
         comm_before, bytes_before = comm.seconds, comm.bytes_sent
         t0 = time.perf_counter()
         for k in range(steps):
-            batch = order[k * global_batch : (k + 1) * global_batch]
             if is_server:
                 comm.server_step(params, grads, inbox)
                 continue
-            mine = np.sort(_slot(batch, my_slot, n_data))  # sorted: sequential reads of the memory map
-            x = _gather(arrays.train_x, mine, xbuf)
+            if opts.shuffle == "samples":
+                batch = order[k * global_batch : (k + 1) * global_batch]
+                mine = np.sort(_slot(batch, my_slot, n_data))  # sorted: sequential reads of the memory map
+                x = _gather(arrays.train_x, mine, xbuf)
+            else:
+                batch = np.arange(order[k], min(order[k] + global_batch, n))
+                mine = _slot(batch, my_slot, n_data)
+                x = _rows(arrays.train_x, mine, xbuf)
             y = np.asarray(arrays.train_y[mine])
             if opts.sync_every == 1:
                 scale = lr / len(batch)  # averages over the whole global batch once gradients are summed
@@ -209,6 +225,16 @@ def _gather(x_all: np.ndarray, rows: np.ndarray, buf: np.ndarray) -> np.ndarray:
         np.take(x_all, rows, axis=0, out=out)
     else:
         out[...] = x_all[rows]
+    return out
+
+
+def _rows(x_all: np.ndarray, rows: np.ndarray, buf: np.ndarray) -> np.ndarray:
+    """Consecutive rows of x_all: a view when the dtype matches (no copy), else converted into buf."""
+    view = x_all[rows[0] : rows[-1] + 1] if len(rows) else x_all[:0]
+    if view.dtype == buf.dtype:
+        return view
+    out = buf[: len(rows)]
+    out[...] = view
     return out
 
 
@@ -388,6 +414,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=d.sync_every,
         help="allreduce only: 1 averages gradients every step; k > 1 averages weights every k steps (local SGD)",
     )
+    p.add_argument(
+        "--shuffle",
+        choices=SHUFFLES,
+        default=d.shuffle,
+        help="per epoch, permute single samples (copies each batch) or whole contiguous batches (zero-copy)",
+    )
     p.add_argument("--blas-threads", type=int, default=1, help="BLAS threads per rank")
     p.add_argument(
         "--expect-ranks",
@@ -411,6 +443,7 @@ def options_from_args(a: argparse.Namespace) -> Options:
         standardize=a.standardize,
         dtype=a.dtype,
         sync_every=a.sync_every,
+        shuffle=a.shuffle,
     )
 
 
