@@ -1,0 +1,453 @@
+"""Benchmark: mpinet's serial, Allreduce and parameter-server epochs against the GEMM limit and PyTorch DDP.
+
+Run on demand (`make benchmark`), not in the test suite. Intel-shaped synthetic data
+(150x150x3 = 67,500 float32 features, 6 classes, random labels), measured side by side in one
+run with designs interleaved per repeat; every rank uses one BLAS thread. The trainer is the
+real `python -m mpinet.train` (shuffle=batches: contiguous zero-copy batches, standardization
+off to match the plain DDP model); its per-epoch times exclude evaluation and the first
+(warm-up) epoch. Writes JSON and a Markdown table to benchmarks/results/ and prints the table.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+BIN = Path(sys.executable).parent
+INTEL_SAMPLES = 14_034
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a.allreduce_worker:
+        return allreduce_worker(a)
+    if a.ddp_worker:
+        return ddp_worker(a)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    hidden = tuple(a.hidden)
+    torch_ok = _has_torch() and not a.no_torch
+    with tempfile.TemporaryDirectory(prefix="mpinet-bench-") as tmp:
+        data = make_data(Path(tmp) / "data", a.samples, a.features)
+        designs = [("serial", 1), *[("allreduce", p) for p in a.ranks], *[("paramserver", p) for p in a.ranks if p > 1]]
+        runs = []
+        total = a.repeats * len(a.dtypes) * len(a.batches) * (len(designs) + torch_ok * len(a.ranks))
+        for rep in range(a.repeats):
+            for dtype in a.dtypes:
+                for b in a.batches:
+                    for algorithm, p in designs:
+                        runs.append(run_ours(data, Path(tmp), algorithm, p, b, dtype, hidden, a.epochs, rep))
+                        _progress(len(runs), total, runs[-1])
+                    if torch_ok:
+                        for p in a.ranks:
+                            runs.append(run_ddp(data, b, dtype, hidden, a.epochs, p, rep))
+                            _progress(len(runs), total, runs[-1])
+        gemm = gemm_limits(a.features, hidden[0], a.batches, a.dtypes)
+        n_params = a.features * hidden[0] + hidden[0] + sum(x * y + y for x, y in zip(hidden, (*hidden[1:], 6)))
+        allreduce = {dt: allreduce_time(n_params, dt) for dt in a.dtypes} if max(a.ranks) > 1 else {}
+    report = summarize(runs, gemm, allreduce, a, n_params, torch_ok)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"bench-{date.today().isoformat()}"
+    (out / f"{stem}.json").write_text(
+        json.dumps({"runs": runs, "gemm": gemm, "allreduce": allreduce, **report}, indent=1)
+    )
+    (out / f"{stem}.md").write_text(report["markdown"])
+    print(report["markdown"])
+    print(f"wrote {out / stem}.json and .md", file=sys.stderr)
+    return 0
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument("--samples", type=int, default=2048, help="training samples per epoch (all ranks together)")
+    p.add_argument("--features", type=int, default=67500, help="input size (150x150x3 for Intel)")
+    p.add_argument("--hidden", type=int, nargs="+", default=[30, 20], help="hidden layer sizes (the original: 40 10)")
+    p.add_argument("--batches", type=int, nargs="+", default=[4, 32, 256], help="per-rank batch sizes")
+    p.add_argument("--dtypes", nargs="+", default=["float32", "float64"], choices=["float32", "float64"])
+    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2], help="rank counts for the MPI designs")
+    p.add_argument("--epochs", type=int, default=3, help="timed epochs per run (one more is run as warm-up)")
+    p.add_argument("--repeats", type=int, default=3, help="whole runs per configuration")
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch DDP peer")
+    p.add_argument("--out", default="benchmarks/results", help="directory for the JSON and Markdown results")
+    p.add_argument("--allreduce-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--data", help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    p.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+# --- workloads ------------------------------------------------------------------------------
+
+
+def make_data(d: Path, n: int, features: int) -> Path:
+    """A dataset directory of uniform [0, 1) float32 features and random labels."""
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    x = np.lib.format.open_memmap(d / "train_x.npy", mode="w+", dtype=np.float32, shape=(n, features))
+    for s in range(0, n, 256):
+        x[s : s + 256] = rng.random((min(256, n - s), features), dtype=np.float32)
+    x.flush()
+    np.save(d / "train_y.npy", rng.integers(0, 6, n))
+    np.save(d / "test_x.npy", rng.random((64, features), dtype=np.float32))
+    np.save(d / "test_y.npy", rng.integers(0, 6, 64))
+    (d / "classes.json").write_text(json.dumps([f"class{i}" for i in range(6)]))
+    (d / "summary.json").write_text("{}")
+    return d
+
+
+def run_ours(data, tmp, algorithm, ranks, batch, dtype, hidden, epochs, rep) -> dict:
+    out = tmp / f"run-{algorithm}-{ranks}-{batch}-{dtype}-{rep}"
+    args = ["--data", data, "--out", out, "--algorithm", algorithm, "--expect-ranks", ranks, "--batch-size", batch]
+    args += ["--dtype", dtype, "--hidden", *hidden, "--epochs", epochs + 1, "--learning-rate", 0.01]
+    args += ["--standardize", "false", "--shuffle", "batches"]
+    cmd = [sys.executable, "-m", "mpinet.train"]
+    if algorithm != "serial":
+        cmd = [str(BIN / "mpiexec"), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "mpinet.train"]
+    subprocess.run([*cmd, *map(str, args)], check=True, capture_output=True, timeout=1800)
+    import pandas as pd
+
+    m = pd.read_csv(out / "metrics.csv").iloc[1:]  # epoch 1 is warm-up (page faults, first touches)
+    meta = json.loads((out / "run.json").read_text())
+    return {
+        "impl": "mpinet",
+        "design": algorithm,
+        "ranks": ranks,
+        "batch": batch,
+        "dtype": dtype,
+        "repeat": rep,
+        "epoch_s": float(m["time_s"].median()),
+        "compute_s": float(m["compute_s"].median()),
+        "comm_s": float(m["comm_s"].median()),
+        "peak_rss_mb": meta["peak_rss_mb"],
+    }
+
+
+def run_ddp(data, batch, dtype, hidden, epochs, ranks, rep) -> dict:
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + rep * 7 + ranks), WORLD_SIZE=str(ranks))
+    procs = []
+    for r in range(ranks):
+        cmd = [sys.executable, __file__, "--ddp-worker", "--data", str(data), "--batch", str(batch), "--dtype", dtype]
+        cmd += ["--epochs", str(epochs), "--hidden", *map(str, hidden)]
+        procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=1800)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError("a DDP worker failed")
+    times = json.loads(outs[0])
+    return {
+        "impl": "torch-ddp",
+        "design": "ddp",
+        "ranks": ranks,
+        "batch": batch,
+        "dtype": dtype,
+        "repeat": rep,
+        "epoch_s": float(statistics.median(times)),
+        "compute_s": None,
+        "comm_s": None,
+        "peak_rss_mb": None,
+    }
+
+
+def ddp_worker(a) -> int:
+    """One DDP rank: the same model (Linear + Sigmoid, L2 loss), batches and sample order as mpinet."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    dt = getattr(torch, a.dtype)
+    x_all = np.load(Path(a.data) / "train_x.npy", mmap_mode="r")
+    y_all = np.load(Path(a.data) / "train_y.npy")
+    sizes = [x_all.shape[1], *a.hidden, 6]
+    layers = []
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        layers += [torch.nn.Linear(n_in, n_out), torch.nn.Sigmoid()]
+    torch.manual_seed(1)
+    model = DDP(torch.nn.Sequential(*layers).to(dt))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    eye = torch.eye(6, dtype=dt)
+    n, gb = len(y_all), a.batch * size
+    steps = -(-n // gb)
+    times = []
+    for epoch in range(a.epochs + 1):
+        order = np.random.default_rng([1, epoch]).permutation(steps) * gb
+        dist.barrier()
+        t = time.perf_counter()
+        for start in order:
+            q, r = divmod(min(gb, n - start), size)
+            lo = start + rank * q + min(rank, r)
+            hi = lo + q + (rank < r)
+            x = torch.from_numpy(np.asarray(x_all[lo:hi])).to(dt)
+            y = eye[torch.from_numpy(y_all[lo:hi])]
+            loss = 0.5 * ((model(x) - y) ** 2).sum() / max(hi - lo, 1)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        dist.barrier()
+        if epoch > 0:
+            times.append(time.perf_counter() - t)
+    if rank == 0:
+        print(json.dumps(times))
+    dist.destroy_process_group()
+    return 0
+
+
+def gemm_limits(features, h1, batches, dtypes) -> dict:
+    """Seconds per forward X @ W1 and weight-gradient X.T @ d1 at the MLP's shapes, one BLAS thread."""
+    from threadpoolctl import threadpool_limits
+
+    out = {}
+    with threadpool_limits(1, user_api="blas"):
+        for dt in dtypes:
+            rng = np.random.default_rng(0)
+            w = rng.random((features, h1)).astype(dt)
+            gw = np.empty_like(w)
+            for b in batches:
+                x = rng.random((b, features)).astype(dt)
+                d = rng.random((b, h1)).astype(dt)
+                z = np.empty((b, h1), dtype=dt)
+                fwd = _median_time(lambda: np.matmul(x, w, out=z))
+                bwd = _median_time(lambda: np.matmul(x.T, d, out=gw))
+                flops = 2 * b * features * h1
+                out[f"{dt}/{b}"] = {
+                    "fwd_s": fwd,
+                    "bwd_s": bwd,
+                    "fwd_gflops": flops / fwd / 1e9,
+                    "bwd_gflops": flops / bwd / 1e9,
+                }
+    return out
+
+
+def allreduce_time(n_params, dtype) -> float:
+    """Median seconds of one in-place MPI_Allreduce of the parameter buffer on 2 ranks."""
+    cmd = [str(BIN / "mpiexec"), "-n", "2", sys.executable, __file__, "--allreduce-worker", "--count", str(n_params)]
+    p = subprocess.run([*cmd, "--dtype", dtype], check=True, capture_output=True, text=True, timeout=600)
+    return float(p.stdout.strip())
+
+
+def allreduce_worker(a) -> int:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    buf = np.ones(a.count, dtype=a.dtype)
+    for _ in range(3):
+        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+    times = []
+    for _ in range(30):
+        comm.Barrier()
+        t = MPI.Wtime()
+        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        times.append(comm.allreduce(MPI.Wtime() - t, op=MPI.MAX))
+    if comm.Get_rank() == 0:
+        print(statistics.median(times))
+    return 0
+
+
+# --- the table ------------------------------------------------------------------------------
+
+
+def summarize(runs, gemm, allreduce, a, n_params, torch_ok) -> dict:
+    import pandas as pd
+
+    df = pd.DataFrame(runs)
+    key = ["impl", "design", "ranks", "batch", "dtype"]
+    g = df.groupby(key, sort=False)
+    cells = (
+        g["epoch_s"]
+        .agg(["median", "min", "max"])
+        .join(g[["compute_s", "comm_s", "peak_rss_mb"]].median())
+        .reset_index()
+    )
+
+    def per_rep(impl, design, ranks, batch, dtype):
+        sel = df[
+            (df["impl"] == impl)
+            & (df["design"] == design)
+            & (df["ranks"] == ranks)
+            & (df["batch"] == batch)
+            & (df["dtype"] == dtype)
+        ]
+        return sel.set_index("repeat")["epoch_s"]
+
+    def ratio(num, den):  # medians of per-repeat ratios: pairs measured back to back
+        r = (num / den).dropna()
+        return float(r.median()) if len(r) else float("nan")
+
+    lines = [
+        f"## mpinet benchmark, {date.today().isoformat()}",
+        "",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; Python {platform.python_version()}, "
+        f"numpy {np.__version__} ({_blas()}); OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}.",
+        f"Workload: {a.samples} samples x {a.features} features, net {a.features}-{'-'.join(map(str, a.hidden))}-6 "
+        f"({n_params:,} parameters), 1 BLAS thread per rank, {a.epochs} timed epochs per run, {a.repeats} runs; "
+        "cells are the median over runs of each run's median epoch, with the min-max range.",
+        "",
+        "| dtype | batch/rank | design | ranks | epoch s (min-max) | samples/s | comm % | GEMM-limit % | 14,034-image epoch s | ×serial | DDP ÷ ours |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    targets = {}
+    for _, c in cells.iterrows():
+        gk = gemm.get(f"{c['dtype']}/{c['batch']}")
+        steps = -(-a.samples // (c["batch"] * (c["ranks"] - (c["design"] == "paramserver") or 1)))
+        limit = steps * (gk["fwd_s"] + gk["bwd_s"]) / c["median"] if gk else float("nan")
+        serial = per_rep("mpinet", "serial", 1, c["batch"], c["dtype"])
+        this = per_rep(c["impl"], c["design"], c["ranks"], c["batch"], c["dtype"])
+        speed = ratio(serial, this)
+        ddp = (
+            ratio(per_rep("torch-ddp", "ddp", c["ranks"], c["batch"], c["dtype"]), this)
+            if c["impl"] == "mpinet" and torch_ok
+            else float("nan")
+        )
+        comm = 100 * c["comm_s"] / (c["compute_s"] + c["comm_s"]) if c["impl"] == "mpinet" else float("nan")
+        lines.append(
+            f"| {c['dtype']} | {c['batch']} | {c['design']} | {c['ranks']} | {c['median']:.3f} ({c['min']:.3f}-{c['max']:.3f}) | "
+            f"{a.samples / c['median']:,.0f} | {_f(comm, 0)} | {_f(100 * limit, 0) if c['impl'] == 'mpinet' else '-'} | "
+            f"{c['median'] / a.samples * INTEL_SAMPLES:.2f} | {_f(speed, 2)} | {_f(ddp, 2)} |"
+        )
+        tag = f"{c['dtype']}/{c['batch']}/{c['design']}/{c['ranks']}"
+        targets[tag] = {
+            "epoch_s": c["median"],
+            "gemm_share": limit,
+            "speedup_vs_serial": speed,
+            "ddp_over_ours": ddp,
+            "peak_rss_mb": c["peak_rss_mb"],
+            "intel_epoch_s": c["median"] / a.samples * INTEL_SAMPLES,
+        }
+    lines += [
+        "",
+        "GEMM limit, one thread (GFLOP/s): "
+        + "; ".join(f"{k}: fwd {v['fwd_gflops']:.0f}, bwd {v['bwd_gflops']:.0f}" for k, v in gemm.items()),
+    ]
+    if allreduce:
+        lines.append(
+            "MPI_Allreduce of the parameter buffer alone, 2 ranks: "
+            + "; ".join(
+                f"{dt}: {t * 1e3:.2f} ms ({n_params * np.dtype(dt).itemsize / 1e6:.1f} MB)"
+                for dt, t in allreduce.items()
+            )
+        )
+    if not torch_ok:
+        lines.append("PyTorch DDP: skipped (torch not installed; `pip install torch==2.13.0` adds it).")
+    lines += ["", *target_lines(targets, a, n_params)]
+    return {"markdown": "\n".join(lines) + "\n", "targets": targets}
+
+
+def target_lines(t, a, n_params) -> list[str]:
+    def get(tag, field):
+        return t.get(tag, {}).get(field, float("nan"))
+
+    shard_mb = a.samples * a.features * 4 / 2 / 1e6
+    rss = get("float32/32/allreduce/2", "peak_rss_mb")
+    budget = shard_mb + 3 * n_params * 4 / 1e6 + 150
+    rows = [
+        (
+            "serial epoch at batch 256, share of the GEMM limit",
+            ">= 85 %",
+            _pct(get("float32/256/serial/1", "gemm_share")),
+        ),
+        (
+            "serial epoch at batch 32, share of the GEMM limit",
+            ">= 60 %",
+            _pct(get("float32/32/serial/1", "gemm_share")),
+        ),
+        (
+            "allreduce speedup, 2 ranks vs 1, batch 256",
+            ">= 1.8x",
+            _x(
+                get("float32/256/allreduce/2", "speedup_vs_serial")
+                / get("float32/256/allreduce/1", "speedup_vs_serial")
+            ),
+        ),
+        (
+            "allreduce speedup, 2 ranks vs 1, batch 32",
+            ">= 1.4x",
+            _x(get("float32/32/allreduce/2", "speedup_vs_serial") / get("float32/32/allreduce/1", "speedup_vs_serial")),
+        ),
+        (
+            "PyTorch DDP (gloo) time / ours, 2 ranks, batch 256 / 32 / 4",
+            ">= 1.5 / 2.0 / 3.0",
+            " / ".join(_f(get(f"float32/{b}/allreduce/2", "ddp_over_ours"), 2) for b in (256, 32, 4)),
+        ),
+        (
+            "full 14,034-image epoch, 1 rank, batch 32 (extrapolated)",
+            "<= 2.5 s",
+            f"{get('float32/32/serial/1', 'intel_epoch_s'):.2f} s",
+        ),
+        (
+            "peak memory of a rank (allreduce, 2 ranks, batch 32)",
+            f"<= {budget:.0f} MB (shard + 3 x params + 150 MB)",
+            f"{rss:.0f} MB",
+        ),
+    ]
+    return [
+        "| target (fp32, 1 BLAS thread per rank) | goal | measured |",
+        "|---|---|---|",
+        *(f"| {n} | {g} | {m} |" for n, g, m in rows),
+    ]
+
+
+def _median_time(fn, min_reps=5, min_seconds=0.2) -> float:
+    fn()
+    times, start = [], time.perf_counter()
+    while len(times) < min_reps or time.perf_counter() - start < min_seconds:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _blas() -> str:
+    from threadpoolctl import threadpool_info
+
+    return ", ".join(
+        f"{i['internal_api']} {i['version']} {i.get('architecture')}"
+        for i in threadpool_info()
+        if i["user_api"] == "blas"
+    )
+
+
+def _has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _progress(done, total, run) -> None:
+    print(
+        f"[{done}/{total}] {run['impl']} {run['design']} P={run['ranks']} B={run['batch']} {run['dtype']}: "
+        f"{run['epoch_s']:.3f} s/epoch",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _f(v, digits) -> str:
+    return "-" if v != v else f"{v:.{digits}f}"
+
+
+def _pct(v) -> str:
+    return "-" if v != v else f"{100 * v:.0f} %"
+
+
+def _x(v) -> str:
+    return "-" if v != v else f"{v:.2f}x"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
