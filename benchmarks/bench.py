@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from datetime import date
 from pathlib import Path
 
@@ -70,13 +71,13 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    p.add_argument("--samples", type=int, default=2048, help="training samples per epoch (all ranks together)")
+    p.add_argument("--samples", type=int, default=1024, help="training samples per epoch (all ranks together)")
     p.add_argument("--features", type=int, default=67500, help="input size (150x150x3 for Intel)")
     p.add_argument("--hidden", type=int, nargs="+", default=[30, 20], help="hidden layer sizes (the original: 40 10)")
     p.add_argument("--batches", type=int, nargs="+", default=[4, 32, 256], help="per-rank batch sizes")
     p.add_argument("--dtypes", nargs="+", default=["float32", "float64"], choices=["float32", "float64"])
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2], help="rank counts for the MPI designs")
-    p.add_argument("--epochs", type=int, default=3, help="timed epochs per run (one more is run as warm-up)")
+    p.add_argument("--epochs", type=int, default=2, help="timed epochs per run (one more is run as warm-up)")
     p.add_argument("--repeats", type=int, default=3, help="whole runs per configuration")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch DDP peer")
     p.add_argument("--out", default="benchmarks/results", help="directory for the JSON and Markdown results")
@@ -167,6 +168,7 @@ def ddp_worker(a) -> int:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")  # read-only views are fine
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
     dt = getattr(torch, a.dtype)
@@ -191,7 +193,7 @@ def ddp_worker(a) -> int:
             q, r = divmod(min(gb, n - start), size)
             lo = start + rank * q + min(rank, r)
             hi = lo + q + (rank < r)
-            x = torch.from_numpy(np.asarray(x_all[lo:hi])).to(dt)
+            x = torch.from_numpy(np.asarray(x_all[lo:hi], dtype=a.dtype))
             y = eye[torch.from_numpy(y_all[lo:hi])]
             loss = 0.5 * ((model(x) - y) ** 2).sum() / max(hi - lo, 1)
             opt.zero_grad()

@@ -56,12 +56,12 @@ class Comm:
         if self.mpi is not None:
             self.mpi.Bcast(buf, root=root)
 
-    def server_step(self, params: np.ndarray, grads: np.ndarray, inbox: np.ndarray) -> None:
+    def server_step(self, params: np.ndarray, inbox: np.ndarray) -> None:
         """Parameter server: receive every worker's gradient, update the main weights, send them back.
 
         inbox: float[workers, n_params]. All receives are posted at once, so a slow worker
-        never holds up the others' messages; summing in rank order after Waitall keeps the
-        result deterministic.
+        never holds up the others' messages; applying them in rank order after Waitall keeps
+        the result deterministic.
         """
         from mpi4py import MPI
 
@@ -69,8 +69,8 @@ class Comm:
         reqs = [self.mpi.Irecv(inbox[w - 1], source=w, tag=PS_GRAD_TAG) for w in range(1, self.size)]
         MPI.Request.Waitall(reqs)
         self.seconds += time.perf_counter() - t
-        np.sum(inbox, axis=0, out=grads)
-        params -= grads
+        for grad in inbox:  # in rank order, so the result is deterministic
+            params -= grad
         t = time.perf_counter()
         reqs = [self.mpi.Isend(params, dest=w, tag=PS_WEIGHTS_TAG) for w in range(1, self.size)]
         MPI.Request.Waitall(reqs)

@@ -121,3 +121,17 @@ def _possible(row: dict) -> bool:
     if row["sync_every"] > 1 and row["algorithm"] != "allreduce":
         return False
     return data_ranks(row["algorithm"], row["ranks"]) >= 1
+
+
+def config_error(config: dict, schema_path) -> str | None:
+    """The most relevant schema violation of config as one line naming the key, or None if valid."""
+    import jsonschema
+    import yaml
+
+    with open(schema_path) as f:
+        schema = yaml.safe_load(f)
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    if error is None:
+        return None
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    return f"config: {where or 'top level'}: {error.message}"

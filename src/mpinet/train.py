@@ -151,7 +151,7 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, checkpoint: Path | 
         t0 = time.perf_counter()
         for k in range(steps):
             if is_server:
-                comm.server_step(params, grads, inbox)
+                comm.server_step(params, inbox)
                 continue
             if opts.shuffle == "samples":
                 batch = order[k * global_batch : (k + 1) * global_batch]

@@ -1,12 +1,15 @@
-import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import Paramspace, validate
 
 from mpinet import MpinetError
-from mpinet.experiments import COLUMNS, expand_sweeps, train_arguments
+from mpinet.experiments import COLUMNS, config_error, expand_sweeps, train_arguments
 
+# One line naming the key for a bad config; Snakemake's own validate then fills in the defaults.
+SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
+if message := config_error(config, SCHEMA):
+    raise WorkflowError(message)
 validate(config, schema="../schemas/config.schema.yaml")
 
 try:
