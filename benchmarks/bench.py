@@ -222,8 +222,8 @@ def gemm_limits(features, h1, batches, dtypes) -> dict:
                 x = rng.random((b, features)).astype(dt)
                 d = rng.random((b, h1)).astype(dt)
                 z = np.empty((b, h1), dtype=dt)
-                fwd = _median_time(lambda: np.matmul(x, w, out=z))
-                bwd = _median_time(lambda: np.matmul(x.T, d, out=gw))
+                fwd = _median_time(lambda x=x, z=z: np.matmul(x, w, out=z))  # noqa: B023 (w, gw: this dtype's)
+                bwd = _median_time(lambda x=x, d=d: np.matmul(x.T, d, out=gw))  # noqa: B023
                 flops = 2 * b * features * h1
                 out[f"{dt}/{b}"] = {
                     "fwd_s": fwd,
@@ -263,84 +263,74 @@ def allreduce_worker(a) -> int:
 
 
 def summarize(runs, gemm, allreduce, a, n_params, torch_ok) -> dict:
+    """The Markdown report and the per-cell numbers the targets are read from."""
     import pandas as pd
 
     df = pd.DataFrame(runs)
     key = ["impl", "design", "ranks", "batch", "dtype"]
+    epochs = df.set_index([*key, "repeat"])["epoch_s"]
     g = df.groupby(key, sort=False)
-    cells = (
-        g["epoch_s"]
-        .agg(["median", "min", "max"])
-        .join(g[["compute_s", "comm_s", "peak_rss_mb"]].median())
-        .reset_index()
-    )
+    cells = g["epoch_s"].agg(["median", "min", "max"]).join(g[["compute_s", "comm_s", "peak_rss_mb"]].median())
 
-    def per_rep(impl, design, ranks, batch, dtype):
-        sel = df[
-            (df["impl"] == impl)
-            & (df["design"] == design)
-            & (df["ranks"] == ranks)
-            & (df["batch"] == batch)
-            & (df["dtype"] == dtype)
-        ]
-        return sel.set_index("repeat")["epoch_s"]
+    def per_repeat(impl, design, ranks, batch, dtype) -> pd.Series:
+        try:
+            return epochs.loc[(impl, design, ranks, batch, dtype)]
+        except KeyError:
+            return pd.Series(dtype=float)
 
-    def ratio(num, den):  # medians of per-repeat ratios: pairs measured back to back
+    def ratio(num: pd.Series, den: pd.Series) -> float:
+        """Median of per-repeat ratios: each pair was measured back to back."""
         r = (num / den).dropna()
         return float(r.median()) if len(r) else float("nan")
 
+    header = ["dtype", "batch/rank", "design", "ranks", "epoch s (min-max)", "samples/s", "comm %", "GEMM-limit %"]
+    header += ["14,034-image epoch s", "speedup vs serial", "DDP ÷ ours"]
+    table = [header, ["---"] * len(header)]
+    targets = {}
+    for (impl, design, ranks, batch, dtype), c in cells.iterrows():
+        ours = impl == "mpinet"
+        this = per_repeat(impl, design, ranks, batch, dtype)
+        train_ranks = ranks - 1 if design == "paramserver" else ranks
+        gk = gemm[f"{dtype}/{batch}"]
+        steps = -(-a.samples // (batch * train_ranks))
+        share = steps * (gk["fwd_s"] + gk["bwd_s"]) / c["median"] if ours else float("nan")
+        speedup = ratio(per_repeat("mpinet", "serial", 1, batch, dtype), this)
+        ddp = ratio(per_repeat("torch-ddp", "ddp", ranks, batch, dtype), this) if ours and torch_ok else float("nan")
+        comm = 100 * c["comm_s"] / (c["compute_s"] + c["comm_s"]) if ours else float("nan")
+        intel = c["median"] / a.samples * INTEL_SAMPLES
+        table.append(
+            [dtype, batch, design, ranks, f"{c['median']:.3f} ({c['min']:.3f}-{c['max']:.3f})"]
+            + [f"{a.samples / c['median']:,.0f}", _f(comm, 0), _f(100 * share, 0), f"{intel:.2f}", _f(speedup, 2)]
+            + [_f(ddp, 2)]
+        )
+        targets[f"{dtype}/{batch}/{design}/{ranks}"] = {
+            "epoch_s": c["median"],
+            "gemm_share": share,
+            "speedup_vs_serial": speedup,
+            "ddp_over_ours": ddp,
+            "peak_rss_mb": c["peak_rss_mb"],
+            "intel_epoch_s": intel,
+        }
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     lines = [
         f"## mpinet benchmark, {date.today().isoformat()}",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; Python {platform.python_version()}, "
-        f"numpy {np.__version__} ({_blas()}); OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}.",
+        f"Machine: {machine}; Python {platform.python_version()}, numpy {np.__version__} ({_blas()}); "
+        f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}.",
         f"Workload: {a.samples} samples x {a.features} features, net {a.features}-{'-'.join(map(str, a.hidden))}-6 "
         f"({n_params:,} parameters), 1 BLAS thread per rank, {a.epochs} timed epochs per run, {a.repeats} runs; "
         "cells are the median over runs of each run's median epoch, with the min-max range.",
         "",
-        "| dtype | batch/rank | design | ranks | epoch s (min-max) | samples/s | comm % | GEMM-limit % | 14,034-image epoch s | ×serial | DDP ÷ ours |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    targets = {}
-    for _, c in cells.iterrows():
-        gk = gemm.get(f"{c['dtype']}/{c['batch']}")
-        steps = -(-a.samples // (c["batch"] * (c["ranks"] - (c["design"] == "paramserver") or 1)))
-        limit = steps * (gk["fwd_s"] + gk["bwd_s"]) / c["median"] if gk else float("nan")
-        serial = per_rep("mpinet", "serial", 1, c["batch"], c["dtype"])
-        this = per_rep(c["impl"], c["design"], c["ranks"], c["batch"], c["dtype"])
-        speed = ratio(serial, this)
-        ddp = (
-            ratio(per_rep("torch-ddp", "ddp", c["ranks"], c["batch"], c["dtype"]), this)
-            if c["impl"] == "mpinet" and torch_ok
-            else float("nan")
-        )
-        comm = 100 * c["comm_s"] / (c["compute_s"] + c["comm_s"]) if c["impl"] == "mpinet" else float("nan")
-        lines.append(
-            f"| {c['dtype']} | {c['batch']} | {c['design']} | {c['ranks']} | {c['median']:.3f} ({c['min']:.3f}-{c['max']:.3f}) | "
-            f"{a.samples / c['median']:,.0f} | {_f(comm, 0)} | {_f(100 * limit, 0) if c['impl'] == 'mpinet' else '-'} | "
-            f"{c['median'] / a.samples * INTEL_SAMPLES:.2f} | {_f(speed, 2)} | {_f(ddp, 2)} |"
-        )
-        tag = f"{c['dtype']}/{c['batch']}/{c['design']}/{c['ranks']}"
-        targets[tag] = {
-            "epoch_s": c["median"],
-            "gemm_share": limit,
-            "speedup_vs_serial": speed,
-            "ddp_over_ours": ddp,
-            "peak_rss_mb": c["peak_rss_mb"],
-            "intel_epoch_s": c["median"] / a.samples * INTEL_SAMPLES,
-        }
-    lines += [
+        *("| " + " | ".join(map(str, row)) + " |" for row in table),
         "",
         "GEMM limit, one thread (GFLOP/s): "
         + "; ".join(f"{k}: fwd {v['fwd_gflops']:.0f}, bwd {v['bwd_gflops']:.0f}" for k, v in gemm.items()),
     ]
     if allreduce:
+        sizes = {dt: n_params * np.dtype(dt).itemsize / 1e6 for dt in allreduce}
         lines.append(
             "MPI_Allreduce of the parameter buffer alone, 2 ranks: "
-            + "; ".join(
-                f"{dt}: {t * 1e3:.2f} ms ({n_params * np.dtype(dt).itemsize / 1e6:.1f} MB)"
-                for dt, t in allreduce.items()
-            )
+            + "; ".join(f"{dt}: {t * 1e3:.2f} ms ({sizes[dt]:.1f} MB)" for dt, t in allreduce.items())
         )
     if not torch_ok:
         lines.append("PyTorch DDP: skipped (torch not installed; `pip install torch==2.13.0` adds it).")

@@ -225,3 +225,41 @@ def _cmdline(pid):
         return psutil.Process(pid).cmdline()
     except psutil.NoSuchProcess:
         return []
+
+
+def test_data_error_through_snakemake_is_one_line_and_leaves_nothing(tmp_path):
+    from mpinet.synthetic import make_archive
+
+    wd = copy_repo(tmp_path / "wd")
+    raw = tmp_path / "photos"
+    from mpinet.fetch import fetch
+
+    fetch(str(make_archive(tmp_path / "a.zip", 4, 2, 0, 16)), raw)
+    bad = raw / "seg_train" / "seg_train" / "forest" / "00001.jpg"
+    bad.write_bytes(b"\xff\xd8 not really a jpeg")
+    cfg = {
+        "datasets": {"photos": {"source": str(raw), "format": "images", "image_size": 16}},
+        "experiments": [{"dataset": "photos", "epochs": 1}],
+    }
+    write_config(wd, cfg)
+    p = snakemake(wd, check=False, timeout=300)
+    assert p.returncode != 0
+    errors = [line for line in (p.stdout + p.stderr).splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "forest/00001.jpg: cannot decode image" in errors[0]
+    assert not (wd / "resources/data/photos").exists()
+    assert "cannot decode image" in (wd / "logs/data/prepare_photos.log").read_text()
+
+
+def test_intel_config_plans_offline(tmp_path):
+    wd = copy_repo(tmp_path)
+    p = subprocess.run(
+        [*SNAKEMAKE, "-n", "--quiet", "rules", "--configfile", "config/intel.yaml"],
+        cwd=wd,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", p.stdout + p.stderr, flags=re.M))
+    assert int(jobs["train_single"]) + int(jobs["train_mpi"]) == 20 and jobs["fetch"] == "1"

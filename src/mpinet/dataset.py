@@ -64,14 +64,42 @@ def check(a: Arrays, where: str, check_values: bool = True) -> None:
                 f"{len(a.classes)} classes of classes.json"
             )
         if check_values:
-            for start in range(0, len(x), 4096):  # chunked: never loads a whole memory map
-                if not np.isfinite(x[start : start + 4096]).all():
-                    row = start + int(np.argmin(np.isfinite(x[start : start + 4096]).all(axis=1)))
-                    raise MpinetError(f"{where}: {split}_x row {row} holds NaN or infinite features")
+            row = first_nonfinite_row(x)
+            if row is not None:
+                raise MpinetError(f"{where}: {split}_x row {row} holds NaN or infinite features")
     if a.train_x.shape[1] != a.test_x.shape[1]:
         raise MpinetError(f"{where}: train_x has {a.train_x.shape[1]} features but test_x has {a.test_x.shape[1]}")
     if len(a.classes) < 2:
         raise MpinetError(f"{where}: classes.json lists {len(a.classes)} class; at least 2 are needed")
+
+
+def first_nonfinite_row(x: np.ndarray, chunk_bytes: int = 32 << 20) -> int | None:
+    """Index of the first row holding NaN or inf, or None.
+
+    A memory map is read through its file in chunks instead of through the mapping, so the
+    scan leaves no pages of the whole dataset resident in this process.
+    """
+    rows = max(1, chunk_bytes // max(1, x.itemsize * x.shape[1]))
+    filename = getattr(x, "filename", None)
+    if filename is None:
+        chunks = ((s, x[s : s + rows]) for s in range(0, len(x), rows))
+    else:
+        chunks = _file_chunks(filename, x, rows)
+    for start, c in chunks:
+        ok = np.isfinite(c).all(axis=1)
+        if not ok.all():
+            return start + int(np.argmin(ok))
+    return None
+
+
+def _file_chunks(filename, x: np.ndarray, rows: int):
+    buf = np.empty((rows, x.shape[1]), dtype=x.dtype)
+    with open(filename, "rb") as f:
+        f.seek(x.offset)
+        for start in range(0, len(x), rows):
+            n = min(rows, len(x) - start)
+            f.readinto(memoryview(buf[:n]).cast("B"))
+            yield start, buf[:n]
 
 
 def write(out_dir: str | Path, staging: Path, classes: list[str], summary: dict) -> None:

@@ -69,7 +69,7 @@ def time_split(runs: pd.DataFrame, title: str, path) -> dict:
     g = runs.groupby(["algorithm", "ranks"], sort=False)[["median_compute_s", "median_comm_s"]]
     df = g.mean().reset_index()
     df = df.sort_values(["algorithm", "ranks"], key=lambda c: c.map(DESIGN_ORDER) if c.name == "algorithm" else c)
-    labels = [f"{SHORT_NAMES[a]}\n{r} rank{'s' if r > 1 else ''}" for a, r in zip(df["algorithm"], df["ranks"])]
+    labels = [f"{SHORT_NAMES[a]}\n{_ranks(r)}" for a, r in zip(df["algorithm"], df["ranks"])]
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(df)), 4.5))
     x = np.arange(len(df))
     colors = [DESIGN_COLORS[a] for a in df["algorithm"]]
@@ -158,11 +158,15 @@ def plot_dataset(dataset: str, epochs_csv, runs_csv, summary_json, out: dict, ta
     best = best_run(runs, dataset)
     texts["confusion"] = confusion(
         Path(best["run_dir"]) / "confusion.csv",
-        f"{dataset}: confusion matrix of the best run ({best['algorithm']}, {best['ranks']} ranks, "
+        f"{dataset}: confusion matrix of the best run ({DESIGN_NAMES[best['algorithm']]}, {_ranks(best['ranks'])}, "
         f"seed {best['seed']}, test accuracy {best['final_test_accuracy']:.3f})",
         out["confusion"],
     )
     return texts
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
 
 
 def _label(df: pd.DataFrame) -> pd.DataFrame:

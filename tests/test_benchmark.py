@@ -1,0 +1,20 @@
+"""The benchmark script runs and reports every design (a smoke test on a tiny workload, not a timing)."""
+
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, env
+
+
+@pytest.mark.mpi
+def test_benchmark_script_writes_its_table(tmp_path):
+    cmd = [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--samples", "64", "--features", "500"]
+    cmd += ["--repeats", "1", "--epochs", "1", "--batches", "4", "--dtypes", "float32", "--no-torch"]
+    p = subprocess.run([*cmd, "--out", str(tmp_path)], capture_output=True, text=True, env=env(), timeout=300)
+    assert p.returncode == 0, p.stderr
+    table = next(tmp_path.glob("bench-*.md")).read_text()
+    for row in ("| float32 | 4 | serial | 1 |", "| float32 | 4 | allreduce | 2 |", "| float32 | 4 | paramserver | 2 |"):
+        assert row in table
+    assert "PyTorch DDP: skipped" in table and "GEMM limit, one thread" in table
+    assert next(tmp_path.glob("bench-*.json")).stat().st_size > 0
