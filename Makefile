@@ -60,4 +60,4 @@ install-profile:
 	@echo "linked: snakemake --profile slurm now finds $(CURDIR)/profiles/slurm"
 
 clean:
-	rm -rf results resources logs benchmarks/train .snakemake/metadata
+	rm -rf results resources logs .snakemake/metadata

@@ -209,7 +209,11 @@ def ddp_worker(a) -> int:
 
 
 def gemm_limits(features, h1, batches, dtypes) -> dict:
-    """Seconds per forward X @ W1 and weight-gradient X.T @ d1 at the MLP's shapes, one BLAS thread."""
+    """Seconds per forward and weight-gradient GEMM of the first layer, one BLAS thread.
+
+    Each is the faster of the two weight layouts ([in, out]: x @ W and x.T @ d; [out, in]:
+    x @ W.T and d.T @ x), so the limit is the best numpy does at these shapes, not our choice.
+    """
     from threadpoolctl import threadpool_limits
 
     out = {}
@@ -217,13 +221,20 @@ def gemm_limits(features, h1, batches, dtypes) -> dict:
         for dt in dtypes:
             rng = np.random.default_rng(0)
             w = rng.random((features, h1)).astype(dt)
-            gw = np.empty_like(w)
+            wt = np.ascontiguousarray(w.T)
+            gw, gwt = np.empty_like(w), np.empty_like(wt)
             for b in batches:
                 x = rng.random((b, features)).astype(dt)
                 d = rng.random((b, h1)).astype(dt)
                 z = np.empty((b, h1), dtype=dt)
-                fwd = _median_time(lambda x=x, z=z: np.matmul(x, w, out=z))  # noqa: B023 (w, gw: this dtype's)
-                bwd = _median_time(lambda x=x, d=d: np.matmul(x.T, d, out=gw))  # noqa: B023
+                fwd = min(
+                    _median_time(lambda x=x, z=z: np.matmul(x, w, out=z)),  # noqa: B023 (this dtype's w)
+                    _median_time(lambda x=x, z=z: np.matmul(x, wt.T, out=z)),  # noqa: B023
+                )
+                bwd = min(
+                    _median_time(lambda x=x, d=d: np.matmul(x.T, d, out=gw)),  # noqa: B023
+                    _median_time(lambda x=x, d=d: np.matmul(d.T, x, out=gwt)),  # noqa: B023
+                )
                 flops = 2 * b * features * h1
                 out[f"{dt}/{b}"] = {
                     "fwd_s": fwd,

@@ -15,6 +15,7 @@ BASE = {
     "standardize": True,
     "dtype": "float32",
     "sync_every": 1,
+    "shuffle": "samples",
     "train_samples": 100,
 }
 

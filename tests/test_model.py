@@ -49,9 +49,9 @@ def test_standardization_is_differentiated_not_skipped():
     h = ws.h[0][:5]
     assert np.allclose(h.mean(axis=1), 0, atol=1e-12)
     assert np.allclose(h.var(axis=1), 1, atol=1e-3)
-    # the gradient of W1 sums to zero over the hidden units: the standardization removes the mean direction
+    # the gradient of W1 [out, in] sums to zero over the hidden units: standardization removes the mean direction
     w1_grad = layer_views(net, g_with)[0][0]
-    assert np.allclose(w1_grad.sum(axis=1), 0, atol=1e-10)
+    assert np.allclose(w1_grad.sum(axis=0), 0, atol=1e-10)
 
 
 def test_float32_training_step_stays_float32():

@@ -13,7 +13,7 @@ rule train_single:
     log:
         f"logs/train/{RUN}.log",
     benchmark:
-        f"benchmarks/train/{RUN}.tsv"
+        f"results/benchmarks/train/{RUN}.tsv"
     wildcard_constraints:
         ranks="1",
         algorithm="serial|allreduce",
@@ -39,7 +39,7 @@ rule train_mpi:
     log:
         f"logs/train/{RUN}.log",
     benchmark:
-        f"benchmarks/train/{RUN}.tsv"
+        f"results/benchmarks/train/{RUN}.tsv"
     wildcard_constraints:
         ranks=r"[2-9]|[1-9]\d+",
         algorithm="allreduce|paramserver",
