@@ -14,7 +14,7 @@ export OMP_NUM_THREADS ?= 1
 help:
 	@echo "make run              set up .venv, run the default workflow (CONFIG=$(CONFIG)) and build results/report.html"
 	@echo "make test             set up .venv, then ruff, snakefmt, snakemake --lint and the whole pytest suite"
-	@echo "make benchmark        the performance benchmark (prints a table, writes benchmarks/results/)"
+	@echo "make benchmark        the performance benchmarks (print tables; bench.py also writes benchmarks/results/)"
 	@echo "make install-profile  link profiles/slurm to ~/.config/snakemake/slurm (then: snakemake --profile slurm)"
 	@echo "make clean            remove results/, resources/ and logs/ (keeps .venv)"
 
@@ -52,6 +52,7 @@ test: lint
 	pytest
 
 benchmark: setup
+	python benchmarks/decode.py
 	python benchmarks/bench.py
 
 install-profile:

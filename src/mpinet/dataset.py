@@ -123,14 +123,16 @@ def staging_dir(out_dir: str | Path) -> Path:
 
 
 def value_stats(x: np.ndarray) -> dict:
-    """min, max, mean and std of a (memory-mapped) array, read in chunks."""
-    lo, hi, s, ss, n = np.inf, -np.inf, 0.0, 0.0, 0
-    for start in range(0, len(x), 2048):
-        c = np.asarray(x[start : start + 2048], dtype=np.float64)
-        lo, hi = min(lo, c.min()), max(hi, c.max())
-        s, ss, n = s + c.sum(), ss + np.square(c).sum(), n + c.size
+    """min, max, mean and std of a (memory-mapped) array, read in chunks (float64 sums of float32 rows)."""
+    lo, hi, s, ss = np.inf, -np.inf, 0.0, 0.0
+    for start in range(0, len(x), 1024):
+        c = np.asarray(x[start : start + 1024])
+        lo, hi = min(lo, float(c.min())), max(hi, float(c.max()))
+        s += float(c.sum(axis=1, dtype=np.float64).sum())
+        ss += float(np.einsum("ij,ij->i", c, c).sum(dtype=np.float64))  # per-row dot products: no temporaries
+    n = x.size
     mean = s / n
-    return {"min": float(lo), "max": float(hi), "mean": float(mean), "std": float(np.sqrt(max(ss / n - mean**2, 0)))}
+    return {"min": lo, "max": hi, "mean": mean, "std": float(np.sqrt(max(ss / n - mean**2, 0)))}
 
 
 def write_json(path: str | Path, obj) -> None:

@@ -161,39 +161,51 @@ def load_image(path: Path, size: int) -> np.ndarray:
         return np.asarray(img, dtype=np.uint8)
 
 
-def _decode_one(args):
-    path, size = args
+_OUTPUT = None  # a decode worker's (file descriptor, data offset, row bytes, row buffer) of the output .npy
+
+
+def _open_output(path: str) -> None:
+    global _OUTPUT
+    x = np.load(path, mmap_mode="r")
+    row = np.empty(x.shape[1], dtype=np.float32)
+    _OUTPUT = (os.open(path, os.O_WRONLY), x.offset, row.nbytes, row)
+
+
+def _decode_into(args) -> tuple[int, str | None]:
+    """Decode one file and write its row of the output array (pwrite: no pickled pixels, no page faults)."""
+    i, path, size = args
     try:
-        return load_image(path, size), None
+        pixels = load_image(path, size)
     except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError... for bad files
-        return None, f"{type(e).__name__}: {e}"
+        return i, f"{type(e).__name__}: {e}"
+    fd, offset, nbytes, row = _OUTPUT
+    np.multiply(pixels.reshape(-1), np.float32(1 / 255), out=row)
+    os.pwrite(fd, row, offset + i * nbytes)
+    return i, None
 
 
 def _decode_all(files, x_path, size, dim, skip_bad, skipped, workers, split) -> np.ndarray:
     """Decode files in order into a float32[n, dim] .npy; returns the indices of the files kept."""
-    x = open_memmap(x_path, mode="w+", dtype=np.float32, shape=(len(files), dim))
+    open_memmap(x_path, mode="w+", dtype=np.float32, shape=(len(files), dim)).flush()
     kept = []
     workers = workers or min(os.cpu_count() or 1, 8)
-    scale = np.float32(1 / 255)
-    with get_context("fork").Pool(workers) as pool:
-        results = pool.imap(_decode_one, ((f, size) for f in files), chunksize=16)
+    jobs = ((i, f, size) for i, f in enumerate(files))
+    with get_context("fork").Pool(workers, initializer=_open_output, initargs=(str(x_path),)) as pool:
+        results = pool.imap(_decode_into, jobs, chunksize=16)
         bar = tqdm(results, total=len(files), desc=f"decode {split}", unit="img", file=sys.stderr, mininterval=2)
-        for i, (pixels, err) in enumerate(bar):
-            if err is not None:
-                if not skip_bad:
-                    raise MpinetError(f"{files[i]}: cannot decode image ({err}); set skip_bad_images to skip it")
-                skipped.append({"file": str(files[i]), "error": err})
+        for i, err in bar:
+            if err is None:
+                kept.append(i)
                 continue
-            np.multiply(pixels.reshape(-1), scale, out=x[len(kept)])
-            kept.append(i)
-    x.flush()
-    if len(kept) < len(files):  # skipped files: shrink the array to the images kept
-        del x
+            if not skip_bad:
+                raise MpinetError(f"{files[i]}: cannot decode image ({err}); set skip_bad_images to skip it")
+            skipped.append({"file": str(files[i]), "error": err})
+    if len(kept) < len(files):  # skipped files: keep only the decoded rows
         full = np.load(x_path, mmap_mode="r")
         small_path = x_path.with_name("small_" + x_path.name)
         small = open_memmap(small_path, mode="w+", dtype=np.float32, shape=(len(kept), dim))
-        for s in range(0, len(kept), 1024):
-            small[s : s + 1024] = full[s : min(s + 1024, len(kept))]
+        for j, i in enumerate(kept):
+            small[j] = full[i]
         small.flush()
         del small, full
         os.replace(small_path, x_path)

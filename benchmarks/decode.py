@@ -1,0 +1,71 @@
+"""Benchmark: images per second from 150x150 JPEG files to a float32 .npy, against Pillow's bare decode rate.
+
+Run on demand (`make benchmark`). Writes a synthetic Intel-layout folder of JPEGs, then times
+(1) Pillow alone: open + RGB convert + numpy array, one process, (2) the same spread over all
+cores with a process pool, and (3) mpinet's preprocessing (`prepare_images`: decode in
+parallel, scale to float32, write into a memory-mapped .npy). Medians over repeats.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+
+from mpinet.fetch import fetch
+from mpinet.images import load_image, prepare_images
+from mpinet.synthetic import make_archive
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--per-class", type=int, default=300, help="training images per class (6 classes)")
+    p.add_argument("--size", type=int, default=150, help="image side in pixels")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--workers", type=int, default=os.cpu_count(), help="decode processes")
+    a = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="mpinet-decode-") as tmp:
+        raw = fetch(str(make_archive(Path(tmp) / "a.zip", a.per_class, 1, 0, a.size)), Path(tmp) / "raw")
+        files = sorted((raw / "seg_train" / "seg_train").glob("*/*.jpg"))
+        n = len(files)
+        bare = [_time(lambda: [load_image(f, a.size) for f in files]) for _ in range(a.repeats)]
+        pool = [_time(lambda: _pool_decode(files, a.size, a.workers)) for _ in range(a.repeats)]
+        ours = [
+            _time(lambda r=r: prepare_images(raw, Path(tmp) / f"ds{r}", a.size, workers=a.workers))
+            for r in range(a.repeats)
+        ]
+    rows = [
+        ("Pillow decode, 1 process", n / statistics.median(bare)),
+        (f"Pillow decode, {a.workers} processes", n / statistics.median(pool)),
+        (f"mpinet prepare_images, {a.workers} processes (decode + float32 .npy)", n / statistics.median(ours)),
+    ]
+    print(f"| {n} JPEGs {a.size}x{a.size}, median of {a.repeats} | images/s |\n|---|---|")
+    for name, rate in rows:
+        print(f"| {name} | {rate:,.0f} |")
+    print(f"\nmpinet reaches {rows[2][1] / rows[1][1]:.0%} of the bare parallel decode rate.")
+    return 0
+
+
+def _pool_decode(files, size, workers):
+    with get_context("fork").Pool(workers) as pool:
+        for _ in pool.imap(_decode, ((f, size) for f in files), chunksize=16):
+            pass
+
+
+def _decode(args):
+    return load_image(*args).shape
+
+
+def _time(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+if __name__ == "__main__":
+    sys.exit(main())
