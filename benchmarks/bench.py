@@ -279,7 +279,7 @@ def summarize(runs, gemm, allreduce, a, n_params, torch_ok) -> dict:
 
     df = pd.DataFrame(runs)
     key = ["impl", "design", "ranks", "batch", "dtype"]
-    epochs = df.set_index([*key, "repeat"])["epoch_s"]
+    epochs = df.set_index([*key, "repeat"])["epoch_s"].sort_index()
     g = df.groupby(key, sort=False)
     cells = g["epoch_s"].agg(["median", "min", "max"]).join(g[["compute_s", "comm_s", "peak_rss_mb"]].median())
 

@@ -15,8 +15,6 @@ import time
 from multiprocessing import get_context
 from pathlib import Path
 
-import numpy as np
-
 from mpinet.fetch import fetch
 from mpinet.images import load_image, prepare_images
 from mpinet.synthetic import make_archive
