@@ -16,6 +16,7 @@ BASE = {
     "dtype": "float32",
     "sync_every": 1,
     "shuffle": "samples",
+    "faithful": False,
     "train_samples": 100,
 }
 

@@ -86,3 +86,55 @@ def test_parameter_views_share_one_flat_buffer():
     assert flat[-2:].tolist() == [5, 5]
     assert all(np.shares_memory(flat, v) for pair in views for v in pair)
     assert net.n_params == 3 * 4 + 4 + 4 * 2 + 2
+
+
+def _original_step(W, b, x, t, lr):
+    """The Go project's mini-batch step, transcribed from its code (W: [in, out] as in gonum).
+
+    Per sample: forward with its two standardization formulas, then "Adj" deltas summed over
+    the batch (weights fixed within it), the hidden error taken from the raw output error.
+    """
+    adj_w = [np.zeros_like(w) for w in W]
+    adj_b = [np.zeros_like(v) for v in b]
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    for xs, ts in zip(x, t):
+        z1 = xs @ W[0] + b[0]
+        m = z1.mean()
+        a1 = sig((z1 - m) / (np.sqrt(((z1 - m) ** 2).sum()) / len(z1)))
+        z2 = a1 @ W[1] + b[1]
+        m = z2.mean()
+        a2 = sig((z2 - m) / (np.sqrt((2 ** (z2 - m)).sum()) / len(z2)))
+        a3 = sig(a2 @ W[2] + b[2])
+        err = ts - a3
+        d3 = err * a3 * (1 - a3)
+        d2 = (W[2] @ err) * a2 * (1 - a2)  # the bug: err, not d3
+        d1 = (W[1] @ d2) * a1 * (1 - a1)
+        for k, (d, a) in enumerate(((d1, xs), (d2, a1), (d3, a2))):
+            adj_w[k] += lr * np.outer(a, d)
+            adj_b[k] += lr * d
+    return [w + a for w, a in zip(W, adj_w)], [v + a for v, a in zip(b, adj_b)]
+
+
+def test_faithful_mode_reproduces_the_original_update():
+    net = Net((4, 6, 5, 3), "l2", True, np.dtype(np.float64), faithful=True)
+    params = init_params(net, seed=2)
+    assert params.min() >= 0 and params.max() < 1  # U[0, 1) everywhere, biases included
+    layers = layer_views(net, params)
+    W, b = [w.T.copy() for w, _ in layers], [v.copy() for _, v in layers]
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(4, 4)), np.array([0, 2, 1, 2])
+    W_new, b_new = _original_step(W, b, x, np.eye(3)[y], lr=0.01)
+
+    grads = np.zeros_like(params)
+    ws = Workspace(net, 4)
+    forward(net, layers, x, ws)
+    backward(net, layers, layer_views(net, grads), x, y, ws, scale=0.01)  # summed, not averaged
+    params -= grads
+    for (w, v), w_ref, b_ref in zip(layer_views(net, params), W_new, b_new):
+        assert np.allclose(w.T, w_ref, rtol=0, atol=1e-12) and np.allclose(v, b_ref, rtol=0, atol=1e-12)
+    # and it is not the correct gradient
+    correct = Net((4, 6, 5, 3), "l2", True, np.dtype(np.float64))
+    g2 = np.zeros_like(params)
+    forward(correct, layers, x, ws)
+    backward(correct, layers, layer_views(correct, g2), x, y, ws, scale=0.01)
+    assert not np.allclose(g2, grads)

@@ -74,3 +74,16 @@ def test_tables_hold_every_run_and_epoch(small_run):
     assert runs.loc[runs["algorithm"] == "serial", "speedup"].item() == 1.0
     assert runs["speedup"].notna().all()
     assert (runs.loc[runs["ranks"] > 1, "comm_share"] > 0).all()
+
+
+def test_other_swept_parameters_become_named_variants():
+    from mpinet.plots import _label
+
+    df = pd.DataFrame(
+        [
+            dict(DEFAULTS, hidden="30-20", algorithm="serial", ranks=1, learning_rate=lr, faithful=f)
+            for lr, f in ((0.3, False), (0.01, True))
+        ]
+    )
+    assert sorted(_label(df)["variant"]) == ["learning_rate=0.01, faithful=True", "learning_rate=0.3, faithful=False"]
+    assert set(_label(df.iloc[:1])["variant"]) == {""}

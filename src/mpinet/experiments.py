@@ -20,6 +20,7 @@ COLUMNS = (
     "dtype",
     "sync_every",
     "shuffle",
+    "faithful",
     "seed",
 )
 DEFAULTS = {
@@ -34,6 +35,7 @@ DEFAULTS = {
     "dtype": "float32",
     "sync_every": 1,
     "shuffle": "samples",
+    "faithful": False,
     "seed": 1,
 }
 
@@ -63,7 +65,7 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
         if len(rows) == before:
             raise MpinetError(
                 f"{where}: no runnable combination (serial runs on 1 rank, paramserver needs at least 2 "
-                "ranks, sync_every > 1 needs allreduce)"
+                "ranks, sync_every > 1 needs allreduce, faithful needs loss l2 and sync_every 1)"
             )
     if not rows:
         raise MpinetError("experiments: the list is empty; add at least one sweep")
@@ -87,6 +89,7 @@ def train_arguments(row: dict) -> str:
             f"--dtype {row['dtype']}",
             f"--sync-every {row['sync_every']}",
             f"--shuffle {row['shuffle']}",
+            f"--faithful {str(row['faithful']).lower()}",
             f"--seed {row['seed']}",
         ]
     )
@@ -119,6 +122,8 @@ def _possible(row: dict) -> bool:
     if row["algorithm"] == "paramserver" and row["ranks"] < 2:
         return False
     if row["sync_every"] > 1 and row["algorithm"] != "allreduce":
+        return False
+    if row["faithful"] and (row["loss"] != "l2" or row["sync_every"] != 1):
         return False
     return data_ranks(row["algorithm"], row["ranks"]) >= 1
 

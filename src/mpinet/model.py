@@ -21,6 +21,10 @@ class Net:
     loss: str = "l2"
     standardize: bool = True
     dtype: np.dtype = np.dtype(np.float32)
+    # Reproduce the original Go project's numerics, bugs included, for comparison: U[0, 1) init,
+    # its two wrong standardization formulas (no Jacobian in backprop) and the raw output error
+    # propagated into the last hidden layer. (Its summed updates are the trainer's part.)
+    faithful: bool = False
 
     @property
     def n_params(self) -> int:
@@ -45,6 +49,8 @@ def layer_views(net: Net, flat: np.ndarray) -> list[tuple[np.ndarray, np.ndarray
 def init_params(net: Net, seed: int) -> np.ndarray:
     """Seeded zero-mean weights, uniform in +-sqrt(3/fan_in) (unit variance pre-activations); zero biases."""
     rng = np.random.default_rng(seed)
+    if net.faithful:  # every weight and bias uniform in [0, 1), as the original
+        return rng.random(net.n_params).astype(net.dtype)
     flat = np.zeros(net.n_params, dtype=net.dtype)
     for w, _ in layer_views(net, flat):
         bound = np.sqrt(3.0 / w.shape[1])
@@ -79,7 +85,10 @@ def forward(net: Net, layers, x: np.ndarray, ws: Workspace) -> np.ndarray:
         if i < last:
             if net.standardize:
                 h = ws.h[i][:n]
-                _standardize(z, h, ws.inv_std[i][:n])
+                if net.faithful:
+                    _standardize_original(z, h, ws.inv_std[i][:n], first=i == 0)
+                else:
+                    _standardize(z, h, ws.inv_std[i][:n])
                 z[...] = h
             _sigmoid(z)
         elif net.loss == "xent":
@@ -113,9 +122,11 @@ def backward(net: Net, layers, grads, x: np.ndarray, y: np.ndarray, ws: Workspac
     d = ws.delta[last][:n]
     d[...] = out
     d[np.arange(n), y] -= 1
+    s = net.dtype.type(scale)  # a numpy scalar of our dtype: no promotion to float64
+    raw_error = d * s if net.faithful else None
     if net.loss == "l2":  # d/dz 0.5 ||sigmoid(z) - t||^2 = (a - t) a (1 - a)
         _mul_sigmoid_prime(d, out)
-    d *= net.dtype.type(scale)  # a numpy scalar of our dtype: no promotion to float64
+    d *= s
     for i in range(last, -1, -1):
         w, _ = layers[i]
         gw, gb = grads[i]
@@ -125,9 +136,10 @@ def backward(net: Net, layers, grads, x: np.ndarray, y: np.ndarray, ws: Workspac
         if i == 0:
             break  # no gradient with respect to the input
         d_prev = ws.delta[i - 1][:n]
-        np.matmul(d, w, out=d_prev)
+        # the original propagated the raw output error, without the output sigmoid's derivative
+        np.matmul(raw_error if net.faithful and i == last else d, w, out=d_prev)
         _mul_sigmoid_prime(d_prev, ws.a[i - 1][:n])
-        if net.standardize:
+        if net.standardize and not net.faithful:  # the original ignored the standardization's Jacobian
             _standardize_backward(d_prev, ws.h[i - 1][:n], ws.inv_std[i - 1][:n], ws.row[:n])
 
 
@@ -168,6 +180,20 @@ def _standardize(z: np.ndarray, h: np.ndarray, inv_std: np.ndarray) -> None:
     np.mean(np.square(h), axis=1, keepdims=True, out=inv_std)
     inv_std += z.dtype.type(EPS)
     np.sqrt(inv_std, out=inv_std)
+    np.reciprocal(inv_std, out=inv_std)
+    h *= inv_std
+
+
+def _standardize_original(z: np.ndarray, h: np.ndarray, inv_std: np.ndarray, first: bool) -> None:
+    """The original's formulas: std = sqrt(sum (v - m)^2) / n in the first hidden layer (sqrt(n) times
+    too small) and sqrt(sum 2^(v - m)) / n after it (a typo for (v - m)^2); no variance floor."""
+    n_units = z.shape[1]
+    np.mean(z, axis=1, keepdims=True, out=inv_std)
+    np.subtract(z, inv_std, out=h)
+    spread = np.square(h) if first else np.exp2(h)
+    np.sum(spread, axis=1, keepdims=True, out=inv_std)
+    np.sqrt(inv_std, out=inv_std)
+    inv_std /= z.dtype.type(n_units)
     np.reciprocal(inv_std, out=inv_std)
     h *= inv_std
 

@@ -11,27 +11,42 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from mpinet.experiments import COLUMNS  # noqa: E402
+
 DESIGN_COLORS = {"serial": "#4d4d4d", "allreduce": "#1f77b4", "paramserver": "#d62728"}
 DESIGN_NAMES = {"serial": "serial", "allreduce": "Allreduce", "paramserver": "parameter server (Send/Recv)"}
 SHORT_NAMES = {"serial": "serial", "allreduce": "Allreduce", "paramserver": "Send/Recv PS"}
 DESIGN_ORDER = {a: i for i, a in enumerate(DESIGN_COLORS)}
 DPI = 110
+# Parameters besides design, ranks and seed; when a sweep varies some, each value set is its own curve.
+VARIANT_COLUMNS = [c for c in COLUMNS if c not in ("algorithm", "ranks", "seed")]
+MAX_VARIANT_ROWS = 6
 
 
 def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
-    """Training loss and test accuracy per epoch, by design and rank count (the original's Loss/Accuracy figures)."""
+    """Training loss and test accuracy per epoch, by design and rank count (the original's Loss/Accuracy figures).
+
+    One row of panels per variant (other swept parameters), at most MAX_VARIANT_ROWS.
+    """
     df = _label(epochs)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, y, label in (
-        (axes[0], "train_loss", "training loss (mean per sample)"),
-        (axes[1], "test_accuracy", "test accuracy"),
-    ):
-        sns.lineplot(data=df, x="epoch", y=y, hue="design", style="ranks", palette=_palette(df), errorbar="sd", ax=ax)
-        ax.set_xlabel("epoch")
-        ax.set_ylabel(label)
-    axes[0].set_yscale("log")
-    axes[1].set_ylim(0, 1.02)
-    axes[0].get_legend().remove()  # one legend for both panels
+    variants = sorted(df["variant"].unique())[:MAX_VARIANT_ROWS]
+    fig, grid = plt.subplots(len(variants), 2, figsize=(12, 4.2 * len(variants)), squeeze=False)
+    for row, variant in zip(grid, variants):
+        part = df[df["variant"] == variant]
+        for ax, y, label in (
+            (row[0], "train_loss", "training loss (mean per sample)"),
+            (row[1], "test_accuracy", "test accuracy"),
+        ):
+            sns.lineplot(
+                data=part, x="epoch", y=y, hue="design", style="ranks", palette=_palette(df), errorbar="sd", ax=ax
+            )
+            ax.set_xlabel("epoch")
+            ax.set_ylabel(label)
+            ax.set_title(variant, fontsize=9)
+        row[0].set_yscale("log")
+        row[1].set_ylim(0, 1.02)
+        row[0].get_legend().remove()  # one legend per row
+    axes = list(grid.flat)
     return _finish(fig, axes, f"{title}: training curves (mean ± sd over seeds)", path)
 
 
@@ -40,20 +55,20 @@ def scaling(runs: pd.DataFrame, title: str, path) -> dict:
     df = _label(runs[runs["algorithm"] != "serial"].dropna(subset=["speedup"]))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     ranks = sorted(runs["ranks"].unique())
-    if len(df):
-        sns.lineplot(
-            data=df, x="ranks", y="speedup", hue="design", palette=_palette(df), marker="o", errorbar="sd", ax=axes[0]
-        )
-        sns.lineplot(
-            data=df,
-            x="ranks",
-            y="efficiency",
-            hue="design",
-            palette=_palette(df),
-            marker="o",
-            errorbar="sd",
-            ax=axes[1],
-        )
+    style = "variant" if df["variant"].nunique() > 1 else None
+    for ax, y in zip(axes, ("speedup", "efficiency")):
+        if len(df):
+            sns.lineplot(
+                data=df,
+                x="ranks",
+                y=y,
+                hue="design",
+                style=style,
+                palette=_palette(df),
+                marker="o",
+                errorbar="sd",
+                ax=ax,
+            )
     axes[0].plot(ranks, ranks, ls="--", color="grey", label="ideal")
     axes[1].axhline(1.0, ls="--", color="grey", label="ideal")
     axes[0].set_ylabel("speedup over serial (median epoch time)")
@@ -66,10 +81,13 @@ def scaling(runs: pd.DataFrame, title: str, path) -> dict:
 
 def time_split(runs: pd.DataFrame, title: str, path) -> dict:
     """Median epoch time split into compute and communication, per design and rank count."""
-    g = runs.groupby(["algorithm", "ranks"], sort=False)[["median_compute_s", "median_comm_s"]]
+    g = _label(runs).groupby(["variant", "algorithm", "ranks"], sort=False)[["median_compute_s", "median_comm_s"]]
     df = g.mean().reset_index()
-    df = df.sort_values(["algorithm", "ranks"], key=lambda c: c.map(DESIGN_ORDER) if c.name == "algorithm" else c)
-    labels = [f"{SHORT_NAMES[a]}\n{_ranks(r)}" for a, r in zip(df["algorithm"], df["ranks"])]
+    order = ["variant", "algorithm", "ranks"]
+    df = df.sort_values(order, key=lambda c: c.map(DESIGN_ORDER) if c.name == "algorithm" else c)
+    labels = [
+        f"{SHORT_NAMES[a]}\n{_ranks(r)}\n{v}".strip() for v, a, r in zip(df["variant"], df["algorithm"], df["ranks"])
+    ]
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(df)), 4.5))
     x = np.arange(len(df))
     colors = [DESIGN_COLORS[a] for a in df["algorithm"]]
@@ -170,8 +188,13 @@ def _ranks(n: int) -> str:
 
 
 def _label(df: pd.DataFrame) -> pd.DataFrame:
+    """Add a readable design name and the variant: the other parameters the sweeps vary, as 'lr=0.3, …'."""
     df = df.copy()
     df["design"] = df["algorithm"].map(DESIGN_NAMES)
+    varying = [c for c in VARIANT_COLUMNS if c in df and df[c].nunique() > 1]
+    df["variant"] = ""
+    if varying:
+        df["variant"] = df[varying].apply(lambda r: ", ".join(f"{c}={v}" for c, v in r.items()), axis=1)
     return df
 
 

@@ -68,6 +68,7 @@ class Options:
     dtype: str = "float32"
     sync_every: int = 1
     shuffle: str = "samples"
+    faithful: bool = False  # the original's numerics and summed (not averaged) updates, for comparison
 
 
 @dataclass
@@ -105,6 +106,8 @@ def check_options(opts: Options, ranks: int, n_train: int) -> None:
         raise MpinetError(f"sync_every must be at least 1, got {opts.sync_every}")
     if opts.sync_every > 1 and opts.algorithm != "allreduce":
         raise MpinetError(f"sync_every > 1 (local SGD) applies to allreduce only, not {opts.algorithm}")
+    if opts.faithful and (opts.loss != "l2" or opts.sync_every != 1):
+        raise MpinetError("faithful reproduces the original: it needs loss l2 and sync_every 1")
     workers = data_ranks(opts.algorithm, ranks)
     if workers > n_train:
         raise MpinetError(f"{workers} training ranks but only {n_train} training samples; use fewer ranks")
@@ -120,7 +123,8 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, checkpoint: Path | 
     log = log or (lambda msg: None)
     check_options(opts, comm.size, len(arrays.train_y))
     dt = np.dtype(opts.dtype)
-    net = Net((arrays.train_x.shape[1], *opts.hidden, len(arrays.classes)), opts.loss, opts.standardize, dt)
+    sizes = (arrays.train_x.shape[1], *opts.hidden, len(arrays.classes))
+    net = Net(sizes, opts.loss, opts.standardize, dt, opts.faithful)
     params = init_params(net, opts.seed)
     grads = np.zeros_like(params)
     layers, grad_layers = layer_views(net, params), layer_views(net, grads)
@@ -162,7 +166,9 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, checkpoint: Path | 
                 mine = _slot(batch, my_slot, n_data)
                 x = _rows(arrays.train_x, mine, xbuf)
             y = np.asarray(arrays.train_y[mine])
-            if opts.sync_every == 1:
+            if opts.faithful:
+                scale = lr  # the original summed its updates over the batch and the ranks
+            elif opts.sync_every == 1:
                 scale = lr / len(batch)  # averages over the whole global batch once gradients are summed
             else:
                 scale = lr / max(len(mine), 1)  # local SGD: every rank steps on its own slice
@@ -419,6 +425,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=d.shuffle,
         help="per epoch, permute single samples (copies each batch) or whole contiguous batches (zero-copy)",
     )
+    p.add_argument(
+        "--faithful",
+        type=_boolean,
+        default=d.faithful,
+        help="reproduce the original Go project's numerics and summed updates, bugs included (true/false)",
+    )
     p.add_argument("--blas-threads", type=int, default=1, help="BLAS threads per rank")
     p.add_argument(
         "--expect-ranks",
@@ -443,6 +455,7 @@ def options_from_args(a: argparse.Namespace) -> Options:
         dtype=a.dtype,
         sync_every=a.sync_every,
         shuffle=a.shuffle,
+        faithful=a.faithful,
     )
 
 
