@@ -264,3 +264,32 @@ def test_intel_config_plans_offline(tmp_path):
     assert p.returncode == 0, p.stderr
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", p.stdout + p.stderr, flags=re.M))
     assert int(jobs["train_single"]) + int(jobs["train_mpi"]) == 20 and jobs["fetch"] == "1"
+
+
+def test_install_profile_makes_the_bare_profile_name_work(tmp_path):
+    home = tmp_path / "home"
+    e = dict(env(), HOME=str(home))
+    bare = [*SNAKEMAKE, "--profile", "slurm", "-n"]
+    before = subprocess.run(bare, cwd=REPO, capture_output=True, text=True, env=e, timeout=120)
+    assert before.returncode != 0 and "profile" in before.stderr  # Snakemake does not look in profiles/
+    subprocess.run(["make", "-s", "install-profile"], cwd=REPO, check=True, env=e, capture_output=True)
+    assert (home / ".config/snakemake/slurm/config.yaml").exists()
+    after = subprocess.run(bare, cwd=REPO, capture_output=True, text=True, env=e, timeout=120)
+    assert after.returncode == 0, after.stderr
+    assert "Using profile slurm" in after.stdout + after.stderr
+
+
+@pytest.mark.timeout(900)
+def test_make_run_on_a_clean_checkout_leaves_tables_plots_and_report(tmp_path):
+    """The README's quick start, as written (the venv is the one running this test)."""
+    wd = copy_repo(tmp_path / "checkout")
+    (wd / ".venv").symlink_to(Path(sys.executable).parents[1])
+    p = subprocess.run(["make", "run"], cwd=wd, capture_output=True, text=True, env=env(), timeout=840)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "pip install" not in p.stdout  # setup was already done: make is idempotent
+    for table in ("epochs", "runs", "seeds"):
+        assert (wd / f"results/metrics/{table}.csv").stat().st_size > 0
+    assert len(list((wd / "results/plots").glob("*/*.png"))) == 12
+    assert (wd / "results/report.html").stat().st_size > 1_000_000
+    again = subprocess.run([*SNAKEMAKE, "-n", "--cores", "2"], cwd=wd, capture_output=True, text=True, env=env())
+    assert "Nothing to be done" in again.stdout + again.stderr

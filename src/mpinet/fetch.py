@@ -153,7 +153,7 @@ def _kaggle_credentials() -> bool:
 def _place(local: Path, staging: Path) -> None:
     """Put a local file or folder's content into staging, unpacking archives."""
     if local.is_dir():
-        shutil.copytree(local, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".download"))
+        shutil.copytree(local, staging, dirs_exist_ok=True)
     elif is_archive(local):
         unpack(local, staging)
     elif local.suffix.lower() in (".zip", ".tar", ".gz", ".tgz", ".bz2", ".xz"):

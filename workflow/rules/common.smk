@@ -104,13 +104,9 @@ def get_run_options(wildcards):
     return train_arguments(PARAMSPACE.instance(wildcards))
 
 
-def get_checkpoint(wildcards, output):
+def get_checkpoint(wildcards):
     """Kept outside the job's outputs, so Snakemake does not delete it when the job fails."""
-    return (
-        str(output.metrics)
-        .replace("results/runs/", "results/checkpoints/", 1)
-        .replace("metrics.csv", "checkpoint.npz")
-    )
+    return f"results/checkpoints/{RUN.format(**dict(wildcards.items()))}/checkpoint.npz"
 
 
 def get_runs(wildcards):
