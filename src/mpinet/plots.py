@@ -108,27 +108,37 @@ def time_split(runs: pd.DataFrame, title: str, path) -> dict:
 
 
 def time_to_accuracy(epochs: pd.DataFrame, title: str, path, target: float | None = None) -> dict:
-    """Test accuracy against cumulative training time (fair across global batch sizes)."""
+    """Test accuracy against cumulative training time (fair across global batch sizes); seeds averaged.
+
+    One panel per variant (other swept parameters), at most MAX_VARIANT_ROWS.
+    """
     df = _label(epochs).sort_values(["run_dir", "epoch"])
     df["elapsed_s"] = df.groupby("run_dir")["time_s"].cumsum()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    sns.lineplot(
-        data=df,
-        x="elapsed_s",
-        y="test_accuracy",
-        hue="design",
-        style="ranks",
-        units="run_dir",
-        estimator=None,
-        palette=_palette(df),
-        ax=ax,
-    )
-    if target is not None:
-        ax.axhline(target, ls=":", color="grey", label=f"target {target:g}")
-    ax.set_xlabel("training wall-clock time (s)")
-    ax.set_ylabel("test accuracy")
-    ax.set_ylim(0, 1.02)
-    return _finish(fig, [ax], f"{title}: time to accuracy (each line one run)", path)
+    keys = ["variant", "design", "algorithm", "ranks", "epoch"]
+    mean = df.groupby(keys, sort=False)[["elapsed_s", "test_accuracy"]].mean().reset_index()
+    variants = sorted(mean["variant"].unique())[:MAX_VARIANT_ROWS]
+    fig, grid = plt.subplots(1, len(variants), figsize=(8 * len(variants), 4.5), squeeze=False, sharey=True)
+    axes = list(grid.flat)
+    for ax, variant in zip(axes, variants):
+        part = mean[mean["variant"] == variant]
+        sns.lineplot(
+            data=part,
+            x="elapsed_s",
+            y="test_accuracy",
+            hue="design",
+            style="ranks",
+            palette=_palette(df),
+            sort=False,
+            estimator=None,
+            ax=ax,
+        )
+        if target is not None:
+            ax.axhline(target, ls=":", color="grey", label=f"target {target:g}")
+        ax.set_title(variant, fontsize=9)
+        ax.set_xlabel("training wall-clock time (s)")
+        ax.set_ylabel("test accuracy (mean over seeds)")
+        ax.set_ylim(0, 1.02)
+    return _finish(fig, axes, f"{title}: time to accuracy", path)
 
 
 def confusion(confusion_csv, title: str, path) -> dict:
