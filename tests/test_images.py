@@ -71,7 +71,7 @@ def test_corrupt_jpeg_stops_with_its_name_and_leaves_no_output(raw, tmp_path):
     bad.write_bytes(bad.read_bytes()[:200])
     with pytest.raises(MpinetError, match=r"sea/00002.jpg: cannot decode image .*skip_bad_images"):
         prepare_images(raw, tmp_path / "ds", image_size=24)
-    assert not (tmp_path / "ds").exists()
+    assert not (tmp_path / "ds").exists() and not (tmp_path / ".ds.partial").exists()
 
 
 def test_skip_bad_images_lists_every_skipped_file(raw, tmp_path):

@@ -102,7 +102,7 @@ def test_bad_tables_give_one_line_errors_naming_file_row_and_column(tmp_path, te
     with pytest.raises(MpinetError, match=message) as e:
         prepare_table(path, tmp_path / "out")
     assert "\n" not in str(e.value)
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists() and not (tmp_path / ".out.partial").exists()
 
 
 def test_unknown_label_column_names_the_header(tmp_path):

@@ -7,6 +7,7 @@ A dataset directory holds float32 feature arrays and int64 label arrays as .npy 
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,14 +113,21 @@ def write(out_dir: str | Path, staging: Path, classes: list[str], summary: dict)
     write_json(out / "summary.json", summary)
 
 
-def staging_dir(out_dir: str | Path) -> Path:
-    """An empty scratch directory beside out_dir; nothing appears in out_dir until write()."""
+@contextmanager
+def staging_dir(out_dir: str | Path):
+    """An empty scratch directory beside out_dir, removed when the block ends, whether it worked or not.
+
+    Nothing appears in out_dir until write() moves the finished files there.
+    """
     out = Path(out_dir)
     tmp = out.parent / f".{out.name}.partial"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    return tmp
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def value_stats(x: np.ndarray) -> dict:

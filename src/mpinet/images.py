@@ -100,55 +100,54 @@ def prepare_images(
     # train_files.txt says which file each row came from.
     perm = np.random.default_rng([seed, 1]).permutation(len(train_files))
     train_files, train_y = [train_files[i] for i in perm], train_y[perm]
-    staging = dataset.staging_dir(out_dir)
-    skipped: list[dict] = []
-    dim = image_size * image_size * 3
-    jobs = [("train", train_files, train_y), ("test", test_files, test_y)]
-    if include_pred and splits["pred"] is not None:
-        pred = sorted(f for f in splits["pred"].iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
-        jobs.append(("pred", pred, None))
-    counts = {}
-    for split, files, y in jobs:
-        x_path = staging / f"{split}_x.npy"
-        kept = _decode_all(files, x_path, image_size, dim, skip_bad_images, skipped, workers, split)
-        (staging / f"{split}_files.txt").write_text("".join(f"{files[i]}\n" for i in kept))
-        if y is not None:
-            y = y[kept]
-            np.save(staging / f"{split}_y.npy", y)
-            counts[split] = {c: int((y == i).sum()) for i, c in enumerate(classes)}
-        if y is not None and len(y) == 0:
-            raise MpinetError(f"{root}: every {split} image was skipped as unreadable")
+    with dataset.staging_dir(out_dir) as staging:
+        skipped: list[dict] = []
+        dim = image_size * image_size * 3
+        jobs = [("train", train_files, train_y), ("test", test_files, test_y)]
+        if include_pred and splits["pred"] is not None:
+            pred = sorted(f for f in splits["pred"].iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+            jobs.append(("pred", pred, None))
+        counts = {}
+        for split, files, y in jobs:
+            x_path = staging / f"{split}_x.npy"
+            kept = _decode_all(files, x_path, image_size, dim, skip_bad_images, skipped, workers, split)
+            (staging / f"{split}_files.txt").write_text("".join(f"{files[i]}\n" for i in kept))
+            if y is not None:
+                y = y[kept]
+                np.save(staging / f"{split}_y.npy", y)
+                counts[split] = {c: int((y == i).sum()) for i, c in enumerate(classes)}
+            if y is not None and len(y) == 0:
+                raise MpinetError(f"{root}: every {split} image was skipped as unreadable")
 
-    channel_stats = None
-    if standardize:
-        mean, std = _channel_stats(np.load(staging / "train_x.npy", mmap_mode="r"))
-        for split, *_ in jobs:
-            _standardize_inplace(np.load(staging / f"{split}_x.npy", mmap_mode="r+"), mean, std)
-        channel_stats = {"mean": mean.tolist(), "std": std.tolist(), "from": "training split"}
-    train_x = np.load(staging / "train_x.npy", mmap_mode="r")
-    summary = {
-        "format": "images",
-        "source": source or str(root),
-        "classes": classes,
-        "counts": counts,
-        "shapes": {s: list(np.load(staging / f"{s}_x.npy", mmap_mode="r").shape) for s, *_ in jobs},
-        "dtype": "float32",
-        "image_size": image_size,
-        "layout": "height x width x RGB, flattened",
-        "standardization": channel_stats,
-        "values": dataset.value_stats(train_x),
-        "test_split": "made from the training folder" if made_split else str(splits["test"]),
-        "skipped_files": skipped,
-        "duplicates_dropped": 0,
-        "synthetic": (Path(root) / SYNTHETIC_MARKER).exists(),
-    }
-    del train_x
-    for extra in ("train_files.txt", "test_files.txt", "pred_x.npy", "pred_files.txt"):  # before the summary
-        if (staging / extra).exists():
-            Path(out_dir).mkdir(parents=True, exist_ok=True)
-            os.replace(staging / extra, Path(out_dir) / extra)
-    dataset.write(out_dir, staging, classes, summary)
-    staging.rmdir()
+        channel_stats = None
+        if standardize:
+            mean, std = _channel_stats(np.load(staging / "train_x.npy", mmap_mode="r"))
+            for split, *_ in jobs:
+                _standardize_inplace(np.load(staging / f"{split}_x.npy", mmap_mode="r+"), mean, std)
+            channel_stats = {"mean": mean.tolist(), "std": std.tolist(), "from": "training split"}
+        train_x = np.load(staging / "train_x.npy", mmap_mode="r")
+        summary = {
+            "format": "images",
+            "source": source or str(root),
+            "classes": classes,
+            "counts": counts,
+            "shapes": {s: list(np.load(staging / f"{s}_x.npy", mmap_mode="r").shape) for s, *_ in jobs},
+            "dtype": "float32",
+            "image_size": image_size,
+            "layout": "height x width x RGB, flattened",
+            "standardization": channel_stats,
+            "values": dataset.value_stats(train_x),
+            "test_split": "made from the training folder" if made_split else str(splits["test"]),
+            "skipped_files": skipped,
+            "duplicates_dropped": 0,
+            "synthetic": (Path(root) / SYNTHETIC_MARKER).exists(),
+        }
+        del train_x
+        for extra in ("train_files.txt", "test_files.txt", "pred_x.npy", "pred_files.txt"):  # before the summary
+            if (staging / extra).exists():
+                Path(out_dir).mkdir(parents=True, exist_ok=True)
+                os.replace(staging / extra, Path(out_dir) / extra)
+        dataset.write(out_dir, staging, classes, summary)
     return summary
 
 

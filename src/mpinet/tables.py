@@ -89,11 +89,6 @@ def prepare_table(
     std[std == 0] = 1.0  # a constant feature carries no information; leave it at zero
     z = ((x - mean) / std).astype(np.float32)
 
-    staging = dataset.staging_dir(out_dir)
-    np.save(staging / "train_x.npy", z[train_idx])
-    np.save(staging / "train_y.npy", y[train_idx])
-    np.save(staging / "test_x.npy", z[test_idx])
-    np.save(staging / "test_y.npy", y[test_idx])
     summary = {
         "format": "csv",
         "source": source or str(path),
@@ -113,8 +108,11 @@ def prepare_table(
         "seed": seed,
         "synthetic": False,
     }
-    dataset.write(out_dir, staging, classes, summary)
-    staging.rmdir()
+    with dataset.staging_dir(out_dir) as staging:
+        for name, rows in (("train", train_idx), ("test", test_idx)):
+            np.save(staging / f"{name}_x.npy", z[rows])
+            np.save(staging / f"{name}_y.npy", y[rows])
+        dataset.write(out_dir, staging, classes, summary)
     return summary
 
 
