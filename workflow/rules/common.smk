@@ -99,6 +99,11 @@ def get_dataset_options(wildcards):
     return entry
 
 
+def get_ranks(wildcards):
+    """MPI ranks of a training job: its `tasks`, and locally its `threads` so MPI jobs don't share cores."""
+    return int(wildcards.ranks)
+
+
 def get_run_options(wildcards):
     """The row of the experiment table for these wildcards, as python -m mpinet.train options."""
     return train_arguments(PARAMSPACE.instance(wildcards))

@@ -45,10 +45,10 @@ rule train_mpi:
         algorithm="allreduce|paramserver",
     conda:
         "../envs/mpinet.yaml"
-    threads: lambda wildcards: int(wildcards.ranks)
+    threads: get_ranks
     resources:
         mpi="mpiexec",
-        tasks=lambda wildcards: int(wildcards.ranks),
+        tasks=get_ranks,
     params:
         options=get_run_options,
         checkpoint=get_checkpoint,
