@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from tqdm import tqdm
 
 from mpinet import MpinetError
+from mpinet.dataset import staging_dir
 
 KAGGLE_PREFIX = "kaggle:"
 CHUNK = 1 << 20
@@ -28,11 +29,7 @@ CHUNK = 1 << 20
 def fetch(source: str, out_dir: str | Path, sha256: str | None = None, retries: int = 3, timeout: float = 60.0) -> Path:
     """Materialize `source` as a directory of files at out_dir (archives are unpacked)."""
     out = Path(out_dir)
-    staging = out.parent / f".{out.name}.partial"
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    try:
+    with staging_dir(out) as staging:
         if source.startswith(("http://", "https://")):
             name = PurePosixPath(urllib.parse.urlparse(source).path).name or "download"
             local = download(source, staging / ".download" / name, sha256, retries, timeout)
@@ -50,10 +47,7 @@ def fetch(source: str, out_dir: str | Path, sha256: str | None = None, retries: 
         if out.exists():
             shutil.rmtree(out)
         os.replace(staging, out)
-        return out
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+    return out
 
 
 def download(url: str, dest: Path, sha256: str | None = None, retries: int = 3, timeout: float = 60.0) -> Path:
