@@ -4,21 +4,10 @@ import pandas as pd
 import pytest
 
 from mpinet.aggregate import summarize_runs, summarize_seeds
+from mpinet.experiments import DEFAULTS
 
-BASE = {
-    "dataset": "iris",
-    "batch_size": 4,
-    "learning_rate": 0.3,
-    "epochs": 3,
-    "hidden": "30-20",
-    "loss": "l2",
-    "standardize": True,
-    "dtype": "float32",
-    "sync_every": 1,
-    "shuffle": "samples",
-    "faithful": False,
-    "train_samples": 100,
-}
+# every experiment parameter at its default; each run sets algorithm, ranks and seed
+BASE = dict(DEFAULTS, dataset="iris", epochs=3, hidden="30-20", train_samples=100)
 
 
 def _run(algorithm, ranks, seed, times, compute, comm, acc):
