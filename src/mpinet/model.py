@@ -70,7 +70,6 @@ class Workspace:
         self.inv_std = [np.empty((batch, 1), dtype=dt) for _ in net.sizes[1:-1]]
         self.delta = [np.empty((batch, n), dtype=dt) for n in net.sizes[1:]]
         self.row = np.empty((batch, 1), dtype=dt)
-        self.pred = np.empty(batch, dtype=np.intp)
 
 
 def forward(net: Net, layers, x: np.ndarray, ws: Workspace) -> np.ndarray:
@@ -141,11 +140,6 @@ def backward(net: Net, layers, grads, x: np.ndarray, y: np.ndarray, ws: Workspac
         _mul_sigmoid_prime(d_prev, ws.a[i - 1][:n])
         if net.standardize and not net.faithful:  # the original ignored the standardization's Jacobian
             _standardize_backward(d_prev, ws.h[i - 1][:n], ws.inv_std[i - 1][:n], ws.row[:n])
-
-
-def predict(net: Net, layers, x: np.ndarray, ws: Workspace) -> np.ndarray:
-    """Class indices int[n] for x."""
-    return np.argmax(forward(net, layers, x, ws), axis=1)
 
 
 # --- elementwise helpers, all in place and dtype-preserving ---------------------------

@@ -157,13 +157,12 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, checkpoint: Path | 
             if is_server:
                 comm.server_step(params, inbox)
                 continue
+            batch = _global_batch(order, k, global_batch, n, opts.shuffle)
+            mine = _slot(batch, my_slot, n_data)
             if opts.shuffle == "samples":
-                batch = order[k * global_batch : (k + 1) * global_batch]
-                mine = np.sort(_slot(batch, my_slot, n_data))  # sorted: sequential reads of the memory map
+                mine = np.sort(mine)  # sequential reads of the memory map
                 x = _gather(arrays.train_x, mine, xbuf)
             else:
-                batch = np.arange(order[k], min(order[k] + global_batch, n))
-                mine = _slot(batch, my_slot, n_data)
                 x = _rows(arrays.train_x, mine, xbuf)
             y = np.asarray(arrays.train_y[mine])
             if opts.faithful:
@@ -216,6 +215,13 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, checkpoint: Path | 
     if result.confusion is None:  # resumed after the last epoch: evaluate once for the matrix
         _, result.confusion = _evaluate(net, layers, arrays.test_x, arrays.test_y, comm, ws.batch)
     return result
+
+
+def _global_batch(order: np.ndarray, k: int, size: int, n: int, shuffle: str) -> np.ndarray:
+    """Row indices of step k's global batch; `order` is this epoch's permutation of rows or of batch starts."""
+    if shuffle == "samples":
+        return order[k * size : (k + 1) * size]
+    return np.arange(order[k], min(order[k] + size, n))
 
 
 def _slot(batch: np.ndarray, slot: int, slots: int) -> np.ndarray:
