@@ -5,7 +5,7 @@ import itertools
 import pandas as pd
 
 from mpinet import MpinetError
-from mpinet.train import ALGORITHMS, data_ranks
+from mpinet.train import ALGORITHMS, Options, check_options
 
 # Grid columns in path order: what a user compares first comes first in results/runs/<dataset>/...
 COLUMNS = (
@@ -116,16 +116,17 @@ def _check_row(row: dict, where: str) -> None:
 
 
 def _possible(row: dict) -> bool:
-    """serial runs on one rank, paramserver needs a server and a worker, local SGD is allreduce's."""
-    if row["algorithm"] == "serial" and row["ranks"] != 1:
+    """Whether the trainer accepts this combination (serial on 1 rank, paramserver on 2+, ...).
+
+    The trainer's own option check decides, so the grid and the engine cannot disagree;
+    values that are wrong on their own were already refused by _check_row.
+    """
+    options = Options(**{k: row[k] for k in COLUMNS if k != "ranks"})
+    try:
+        check_options(options, row["ranks"], n_train=row["ranks"])
+    except MpinetError:
         return False
-    if row["algorithm"] == "paramserver" and row["ranks"] < 2:
-        return False
-    if row["sync_every"] > 1 and row["algorithm"] != "allreduce":
-        return False
-    if row["faithful"] and (row["loss"] != "l2" or row["sync_every"] != 1):
-        return False
-    return data_ranks(row["algorithm"], row["ranks"]) >= 1
+    return True
 
 
 def config_error(config: dict, schema_path) -> str | None:
