@@ -246,6 +246,7 @@ def test_sigterm_then_rerun_resumes_to_the_uninterrupted_result(tmp_path):
     data = write_dataset(tmp_path / "d", n_train=3000, n_test=100, dim=200)
     args = ["--data", data, "--algorithm", "allreduce", "--epochs", 12, *F64, "--batch-size", 2]
     run_train(2, *args, "--out", tmp_path / "ref", timeout=240)
+    args += ["--checkpoint-seconds", 0]
     ck = tmp_path / "ck" / "checkpoint.npz"
     proc = subprocess.Popen(
         train_cmd(2, *args, "--out", tmp_path / "o", "--checkpoint", ck),
@@ -272,7 +273,7 @@ def test_sigterm_then_rerun_resumes_to_the_uninterrupted_result(tmp_path):
     cols = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy"]
     assert m[cols].equals(ref[cols])
     assert json.loads((tmp_path / "o" / "run.json").read_text())["resumed_from_epoch"] == done
-    assert not ck.exists()  # a finished run removes its checkpoint
+    assert not list(ck.parent.iterdir())  # a finished run removes its checkpoint and sidecar
 
 
 def test_batch_shuffle_reads_rows_without_copying():
@@ -284,3 +285,56 @@ def test_batch_shuffle_reads_rows_without_copying():
     assert np.shares_memory(view, x) and view.tolist() == x[4:7].tolist()
     converted = _rows(x, np.arange(4, 7), buf64)
     assert converted.dtype == np.float64 and np.array_equal(converted, x[4:7])
+
+
+def _serial(data, epochs, ck, seconds=0.0, log=None):
+    opts = Options(algorithm="serial", hidden=(8,), epochs=epochs, dtype="float64")
+    return train(dataset.load(data), opts, Comm(None), ck, log, checkpoint_seconds=seconds)
+
+
+def _stop_after(epochs: int):
+    """A log function that raises once `epochs` epochs were logged: a run killed mid-training."""
+
+    def log(msg):
+        if msg.startswith(f"epoch {epochs}/"):
+            raise KeyboardInterrupt
+
+    return log
+
+
+def test_a_checkpoint_of_other_data_is_not_resumed(tmp_path):
+    data = write_dataset(tmp_path / "d", seed=0)
+    ck = tmp_path / "ck" / "checkpoint.npz"
+    with pytest.raises(KeyboardInterrupt):
+        _serial(data, 6, ck, log=_stop_after(3))
+    assert ck.exists()
+    other = write_dataset(tmp_path / "d", seed=5)  # same shapes and classes, other values
+    messages = []
+    result = _serial(other, 6, ck, log=messages.append)
+    assert result.resumed_from_epoch == 0
+    assert any("written for other data; starting from epoch 1" in m for m in messages), messages
+    assert np.array_equal(result.params, _serial(other, 6, None).params)
+
+
+def test_a_resumed_run_equals_an_uninterrupted_one_and_keeps_every_epoch(tmp_path):
+    data = write_dataset(tmp_path / "d")
+    ck = tmp_path / "ck" / "checkpoint.npz"
+    with pytest.raises(KeyboardInterrupt):
+        _serial(data, 8, ck, log=_stop_after(5))
+    (ck.parent / ".checkpoint.npz.tmp.npz").write_bytes(b"half-written by a killed writer")
+    result = _serial(data, 8, ck)
+    assert result.resumed_from_epoch == 4  # epoch 5 raised before its checkpoint
+    assert [r["epoch"] for r in result.metrics] == list(range(1, 9))
+    assert np.array_equal(result.params, _serial(data, 8, None).params)
+    assert not (ck.parent / ".checkpoint.npz.tmp.npz").exists()
+
+
+def test_checkpoints_are_spaced_by_the_interval(tmp_path):
+    data = write_dataset(tmp_path / "d")
+    ck = tmp_path / "ck" / "checkpoint.npz"
+    with pytest.raises(KeyboardInterrupt):
+        _serial(data, 50, ck, seconds=3600, log=_stop_after(40))
+    assert not ck.exists()  # no epoch ended an hour after the start
+    _serial(data, 3, ck, seconds=3600)
+    with np.load(ck) as c:
+        assert int(c["epoch"]) == 3  # the last epoch is always saved

@@ -4,6 +4,7 @@ A dataset directory holds float32 feature arrays and int64 label arrays as .npy 
 (memory-mappable), `classes.json` (class names, index = label) and `summary.json`.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ class Arrays:
     test_x: np.ndarray
     test_y: np.ndarray
     classes: list[str]
+    fingerprint: str = ""  # sha256 of the arrays and class names: what a checkpoint must match
 
 
 def load(directory: str | Path, check_values: bool = True) -> Arrays:
@@ -42,6 +44,7 @@ def load(directory: str | Path, check_values: bool = True) -> Arrays:
         )
     except ValueError as e:
         raise MpinetError(f"{d}: unreadable array file ({e})") from None
+    arrays.fingerprint = _recorded_fingerprint(d) or fingerprint(d)
     check(arrays, str(d), check_values)
     return arrays
 
@@ -104,13 +107,40 @@ def _file_chunks(filename, x: np.ndarray, rows: int):
 
 
 def write(out_dir: str | Path, staging: Path, classes: list[str], summary: dict) -> None:
-    """Finish a dataset: move the four arrays from `staging` into out_dir, then classes and summary last."""
+    """Finish a dataset: move the four arrays from `staging` into out_dir, then classes and summary last.
+
+    The summary records the content fingerprint, so training need not read the arrays to know it.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_json(staging / "classes.json", classes)
+    summary = {**summary, "fingerprint": fingerprint(staging)}
     for name in FILES[:5]:
         os.replace(staging / name, out / name)
     write_json(out / "summary.json", summary)
+
+
+def fingerprint(directory: str | Path) -> str:
+    """sha256 over the four array files and classes.json, read in 8 MB chunks."""
+    h = hashlib.sha256()
+    for name in FILES[:5]:
+        h.update(name.encode() + b"\0")
+        with open(Path(directory) / name, "rb") as f:
+            while chunk := f.read(8 << 20):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def _recorded_fingerprint(d: Path) -> str | None:
+    """The fingerprint preprocessing wrote, if summary.json is newer than every array file."""
+    summary = d / "summary.json"
+    try:
+        recorded = json.loads(summary.read_text()).get("fingerprint")
+        newest = max((d / name).stat().st_mtime_ns for name in FILES[:5])
+        fresh = summary.stat().st_mtime_ns >= newest
+    except (OSError, ValueError, AttributeError):
+        return None
+    return recorded if fresh and isinstance(recorded, str) else None
 
 
 @contextmanager

@@ -16,6 +16,7 @@ memory map, with no copy at all).
 
 import argparse
 import csv
+import hashlib
 import json
 import math
 import os
@@ -118,8 +119,19 @@ def data_ranks(algorithm: str, ranks: int) -> int:
     return ranks - 1 if algorithm == "paramserver" else ranks
 
 
-def train(arrays: dataset.Arrays, opts: Options, comm: Comm, checkpoint: Path | None = None, log=None) -> Result:
-    """Train on `arrays` with the design in opts.algorithm over `comm`; every rank calls this."""
+def train(
+    arrays: dataset.Arrays,
+    opts: Options,
+    comm: Comm,
+    checkpoint: Path | None = None,
+    log=None,
+    checkpoint_seconds: float = 0.0,
+) -> Result:
+    """Train on `arrays` with the design in opts.algorithm over `comm`; every rank calls this.
+
+    A checkpoint is written after an epoch once checkpoint_seconds have passed since the last
+    one (0: after every epoch), so very short epochs do not spend their time writing files.
+    """
     log = log or (lambda msg: None)
     check_options(opts, comm.size, len(arrays.train_y))
     dt = np.dtype(opts.dtype)
@@ -139,8 +151,10 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, checkpoint: Path | 
     result = Result(params, net)
     signature = _signature(opts, arrays, comm.size)
     start_epoch = 0
-    if checkpoint is not None and checkpoint.exists():
+    if checkpoint is not None and comm.rank == 0:
         start_epoch = _load_checkpoint(checkpoint, signature, params, result, log)
+    start_epoch = int(comm.max(float(start_epoch)))  # rank 0 alone reads the file
+    last_save = time.monotonic()
     comm.bcast(params)  # identical weights everywhere, whatever a rank's RNG or file did
 
     n = len(arrays.train_y)
@@ -198,7 +212,7 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, checkpoint: Path | 
         row = _epoch_row(epoch, sums, test_sums, t_train, t_eval, comm, comm_before, bytes_before, not is_server)
         if not all(math.isfinite(row[c]) for c in ("train_loss", "test_loss")):
             if checkpoint is not None and comm.rank == 0:
-                checkpoint.unlink(missing_ok=True)
+                remove_checkpoint(checkpoint)
             raise MpinetError(
                 f"training diverged in epoch {epoch}: loss is {row['train_loss']}; "
                 f"lower learning_rate (now {lr}) or use loss xent"
@@ -210,8 +224,10 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, checkpoint: Path | 
             f"train_acc={row['train_accuracy']:.3f} test_acc={row['test_accuracy']:.3f} "
             f"time={row['time_s']:.3f}s comm={row['comm_s']:.3f}s"
         )
-        if checkpoint is not None and comm.rank == 0:
+        due = time.monotonic() - last_save >= checkpoint_seconds or epoch == opts.epochs
+        if checkpoint is not None and comm.rank == 0 and due:
             _save_checkpoint(checkpoint, signature, params, epoch, result.metrics)
+            last_save = time.monotonic()
     if result.confusion is None:  # resumed after the last epoch: evaluate once for the matrix
         _, result.confusion = _evaluate(net, layers, arrays.test_x, arrays.test_y, comm, ws.batch)
     return result
@@ -290,40 +306,101 @@ def _epoch_row(epoch, sums, test_sums, t_train, t_eval, comm: Comm, comm_before,
 
 
 def _signature(opts: Options, arrays: dataset.Arrays, ranks: int) -> str:
-    """What a checkpoint must match to be resumed: options, data shapes and rank count."""
+    """What a checkpoint must match to be resumed: options, rank count, the data's content
+    fingerprint and the code that computes the numbers."""
     return json.dumps(
         {
             "options": asdict(opts),
             "ranks": ranks,
-            "train": list(arrays.train_x.shape),
-            "test": list(arrays.test_x.shape),
-            "classes": arrays.classes,
-            "version": __version__,
+            "data": arrays.fingerprint,
+            "code": code_fingerprint(),
         },
         sort_keys=True,
     )
 
 
+def code_fingerprint() -> str:
+    """sha256 over the package's modules: a checkpoint written by other code is never resumed."""
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+# The checkpoint is weights + epoch + signature (rewritten whole, a constant cost per save) and a
+# sidecar of metric rows that only grows by appending, so saving costs the same in every epoch.
+
+
+def _metrics_path(path: Path) -> Path:
+    return path.with_name(f"{path.name}.metrics.jsonl")
+
+
+def _tmp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp.npz")  # one fixed name: a killed writer leaves at most one
+
+
 def _save_checkpoint(path: Path, signature: str, params: np.ndarray, epoch: int, metrics: list[dict]) -> None:
-    """Weights, completed epoch and metrics so far, written atomically. The sample order needs no
-    saved RNG state: it is drawn afresh from (seed, epoch) in every epoch."""
+    """Append the metric rows not yet saved, then replace the weights atomically. The sample
+    order needs no saved RNG state: it is drawn afresh from (seed, epoch) in every epoch."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.npz")
-    np.savez(tmp, params=params, epoch=epoch, metrics=json.dumps(metrics), signature=signature)
+    sidecar = _metrics_path(path)
+    saved = _saved_epochs(sidecar)
+    with open(sidecar, "a") as f:
+        for row in metrics[saved:]:
+            f.write(json.dumps(row) + "\n")
+    tmp = _tmp_path(path)
+    np.savez(tmp, params=params, epoch=epoch, signature=signature)
     os.replace(tmp, path)
 
 
+def _saved_epochs(sidecar: Path) -> int:
+    if not sidecar.exists():
+        return 0
+    with open(sidecar, "rb") as f:
+        return sum(1 for line in f if line.endswith(b"\n"))
+
+
 def _load_checkpoint(path: Path, signature: str, params: np.ndarray, result: Result, log) -> int:
-    with np.load(path) as ck:
-        if str(ck["signature"]) != signature:
-            log(f"checkpoint {path} belongs to a different run; starting from epoch 1")
-            return 0
-        params[...] = ck["params"]
-        result.metrics = json.loads(str(ck["metrics"]))
-        epoch = int(ck["epoch"])
+    """Resume from path if it belongs to this very run; otherwise clear it and start at epoch 1."""
+    _tmp_path(path).unlink(missing_ok=True)  # left by a writer killed mid-save
+    if not path.exists():
+        _metrics_path(path).unlink(missing_ok=True)
+        return 0
+    try:
+        with np.load(path) as ck:
+            theirs, saved, epoch = str(ck["signature"]), ck["params"], int(ck["epoch"])
+        rows = [json.loads(line) for line in _metrics_path(path).read_text().splitlines()[:epoch]]
+    except (OSError, ValueError, KeyError) as e:
+        log(f"checkpoint {path} is unreadable ({e}); starting from epoch 1")
+        theirs, rows = None, []
+    if theirs != signature or len(rows) != epoch or saved.shape != params.shape:
+        if theirs is not None and theirs != signature:
+            log(f"checkpoint {path} was written {_difference(theirs, signature)}; starting from epoch 1")
+        path.unlink(missing_ok=True)
+        _metrics_path(path).unlink(missing_ok=True)
+        return 0
+    params[...] = saved
+    result.metrics = rows
+    _metrics_path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))  # drop rows past the epoch
     result.resumed_from_epoch = epoch
     log(f"resuming from checkpoint {path} after epoch {epoch}")
     return epoch
+
+
+def _difference(theirs: str, ours: str) -> str:
+    """Which part of the signature changed, in words."""
+    try:
+        a, b = json.loads(theirs), json.loads(ours)
+    except ValueError:
+        return "by another version"
+    changed = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    words = {"data": "for other data", "code": "by other code", "options": "with other options", "ranks": "on other ranks"}
+    return " and ".join(words.get(k, k) for k in changed) or "by another run"
+
+
+def remove_checkpoint(path: Path) -> None:
+    for p in (path, _metrics_path(path), _tmp_path(path)):
+        p.unlink(missing_ok=True)
 
 
 # --- outputs ----------------------------------------------------------------------------
@@ -444,7 +521,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="fail at once unless the MPI communicator has exactly this many ranks",
     )
-    p.add_argument("--checkpoint", default=None, help="checkpoint file, written every epoch and resumed from")
+    p.add_argument("--checkpoint", default=None, help="checkpoint file, written after epochs and resumed from")
+    p.add_argument(
+        "--checkpoint-seconds",
+        type=float,
+        default=10.0,
+        help="write the checkpoint after the first epoch that ends this long after the last one (0: every epoch)",
+    )
     return p.parse_args(argv)
 
 
@@ -492,7 +575,7 @@ def main(argv=None) -> int:
             )
             t0 = time.perf_counter()
             ck = Path(args.checkpoint) if args.checkpoint else None
-            result = train(arrays, opts, comm, ck, log)
+            result = train(arrays, opts, comm, ck, log, args.checkpoint_seconds)
             meta = run_metadata(comm, opts, args.data, arrays, args.blas_threads)
             meta["train_seconds"] = time.perf_counter() - t0
             meta["resumed_from_epoch"] = result.resumed_from_epoch
@@ -500,7 +583,7 @@ def main(argv=None) -> int:
             if comm.rank == 0:
                 write_outputs(Path(args.out), result, opts, arrays, meta)
                 if ck is not None:
-                    ck.unlink(missing_ok=True)
+                    remove_checkpoint(ck)
                 log(f"wrote {args.out}")
         return 0
     except MpinetError as e:
