@@ -6,14 +6,16 @@ Outside CI these skip when no cluster answers; with CI=true a missing cluster fa
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from datetime import datetime
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import env
+from conftest import REPO, env
 from test_workflow import SNAKEMAKE, copy_repo, planned, write_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
@@ -24,6 +26,7 @@ CONFIG = {
         {"dataset": "iris", "algorithm": ["serial", "allreduce", "paramserver"], "ranks": [1, 2], "epochs": 4},
     ],
 }
+MPI_LAUNCHER = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())["set-resources"]["train_mpi"]["mpi"]
 FAST_POLLING = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2"]
 
 
@@ -46,25 +49,32 @@ def cluster():
         pytest.skip(reason)
 
 
-def on_slurm(wd, *args, timeout=420, check=True):
+def slurm_cmd(*args, timeout=420, polling=FAST_POLLING):
     """snakemake with the SLURM profile; SIGINT at the limit (SIGTERM would be ignored while jobs run)."""
     cmd = ["timeout", "-s", "INT", "-k", "30", str(timeout), *SNAKEMAKE, "--profile", "profiles/slurm"]
-    cmd += ["--configfile", "config/test.yaml", *FAST_POLLING, *args]
+    return cmd + ["--configfile", "config/test.yaml", *polling, *args]
+
+
+def on_slurm(wd, *args, timeout=420, check=True, polling=FAST_POLLING):
+    cmd = slurm_cmd(*args, timeout=timeout, polling=polling)
     p = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=timeout + 60, env=env())
     if check and p.returncode != 0:
         raise AssertionError(f"snakemake on SLURM failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}")
     return p
 
 
+SACCT = ["job", "state", "ntasks", "comment", "name", "submit", "start", "end"]
+
+
 def sacct_jobs(since: str) -> pd.DataFrame:
     p = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-S", since, "-o", "JobID,State,NTasks,Comment%200"],
+        ["sacct", "-X", "-n", "-P", "-S", since, "-o", "JobID,State,NTasks,Comment%200,JobName,Submit,Start,End"],
         capture_output=True,
         text=True,
         check=True,
     )
     rows = [line.split("|") for line in p.stdout.splitlines() if line.strip()]
-    return pd.DataFrame(rows, columns=["job", "state", "ntasks", "comment"])
+    return pd.DataFrame(rows, columns=SACCT)
 
 
 def _since() -> str:
@@ -150,13 +160,91 @@ def test_a_failing_training_job_is_reported_promptly(tmp_path):
     assert "training diverged in epoch 1" in log
 
 
-def test_a_job_that_can_never_fit_is_rejected_at_submission(tmp_path):
+def test_a_job_its_partition_cannot_hold_is_refused_before_submission(tmp_path):
     wd = copy_repo(tmp_path)
     cfg = yaml.safe_load(yaml.safe_dump(CONFIG))
-    cpus = os.cpu_count()
-    cfg["experiments"] = [{"dataset": "iris", "algorithm": "allreduce", "ranks": cpus + 1}]
+    cpus = int(subprocess.run(["sinfo", "-h", "-o", "%C"], capture_output=True, text=True).stdout.split("/")[-1])
+    cfg["experiments"] = [{"dataset": "iris", "algorithm": "allreduce", "ranks": [2, cpus + 1, cpus + 2]}]
     write_config(wd, cfg)
-    t = time.monotonic()
+    since = _since()
     p = on_slurm(wd, check=False, timeout=300)
-    assert p.returncode != 0 and time.monotonic() - t < 120
-    assert "More processors requested than permitted" in p.stdout + p.stderr
+    out = p.stdout + p.stderr
+    assert p.returncode != 0
+    line = next(x for x in out.splitlines() if "SLURM partition 'debug' holds at most" in x)
+    assert f"ranks~{cpus + 1}/" in line and f"{cpus + 1} ranks need {cpus + 1} CPUs" in line
+    assert f"holds at most {cpus} (and 1 more experiments)" in line
+    assert sacct_jobs(since).empty  # nothing was submitted, not even the jobs that would fit
+
+
+def _training_job(wd, since):
+    jobs = sacct_jobs(since)
+    return jobs[jobs["comment"].str.startswith("rule_train") & (jobs["submit"] >= since)]
+
+
+def _interrupt_after_first_checkpoint(wd, since, action, polling=()):
+    """Start the workflow on SLURM, wait for a checkpoint, then `action(job id)`; return (output, seconds)."""
+    proc = subprocess.Popen(
+        slurm_cmd(timeout=600, polling=polling),
+        cwd=wd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env(),
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not list((wd / "results/checkpoints").rglob("checkpoint.npz")):
+            assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint appeared"
+            time.sleep(0.5)
+        queue = subprocess.run(["squeue", "-h", "-o", "%i %k"], capture_output=True, text=True).stdout
+        action(next(line.split()[0] for line in queue.splitlines() if "rule_train" in line))
+        out, _ = proc.communicate(timeout=660)
+    finally:
+        if proc.poll() is None:  # a failed check: SIGINT makes snakemake cancel its SLURM jobs
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=120)
+    return out
+
+
+LONG = {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "hidden": [8], "dtype": "float64", "seed": 3}
+
+
+@pytest.mark.timeout(900)
+def test_a_cancelled_job_is_noticed_retried_and_resumed_to_the_same_weights(tmp_path):
+    wd = copy_repo(tmp_path / "slurm")
+    cfg = {"datasets": CONFIG["datasets"], "experiments": [{**LONG, "epochs": 15000}]}
+    write_config(wd, cfg)
+    since = _since()
+    out = _interrupt_after_first_checkpoint(wd, since, lambda job: subprocess.run(["scancel", job], check=True))
+    assert "Finished jobid" in out and "100%" in out, out[-3000:]
+    jobs = _training_job(wd, since)
+    assert jobs["state"].str.startswith("CANCELLED").tolist() == [True, False], jobs
+    assert jobs["state"].iloc[1] == "COMPLETED"
+    cancelled = datetime.fromisoformat(jobs["end"].iloc[0])
+    retried = datetime.fromisoformat(jobs["submit"].iloc[1])
+    assert (retried - cancelled).total_seconds() < 60  # noticed within the profile's own polling
+    run = next((wd / "results/runs").rglob("run.json"))
+    assert json.loads(run.read_text())["resumed_from_epoch"] > 0
+    assert not list((wd / "results/checkpoints").rglob("*.npz"))  # no checkpoint or temporary file left
+
+    local = copy_repo(tmp_path / "local")
+    write_config(local, cfg)
+    subprocess.run([*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml"], cwd=local, check=True, env=env())
+    with np.load(run.parent / "weights.npz") as a, np.load(local / run.parent.relative_to(wd) / "weights.npz") as b:
+        assert np.array_equal(a["params"], b["params"])  # bit-identical to the uninterrupted run
+
+
+@pytest.mark.timeout(900)
+def test_a_job_past_its_time_limit_is_retried_and_resumed(tmp_path):
+    wd = copy_repo(tmp_path)
+    write_config(wd, {"datasets": CONFIG["datasets"], "experiments": [{**LONG, "epochs": 70000}]})
+    # one minute for the first attempt, ten for the retry
+    limit = ["--set-resources", "train_mpi:runtime=1 if attempt == 1 else 10", f"train_mpi:mpi={MPI_LAUNCHER}"]
+    since = _since()
+    p = on_slurm(wd, *limit, timeout=600)
+    jobs = _training_job(wd, since)
+    assert jobs["state"].tolist() == ["TIMEOUT", "COMPLETED"], (jobs, p.stdout[-2000:])
+    meta = json.loads(next((wd / "results/runs").rglob("run.json")).read_text())
+    assert meta["resumed_from_epoch"] > 0
+    metrics = pd.read_csv(next((wd / "results/runs").rglob("metrics.csv")))
+    assert metrics["epoch"].tolist() == list(range(1, 70001))

@@ -4,14 +4,19 @@
 #
 # start  installs missing Debian packages, writes the configs (before any SLURM command runs), starts
 #        only the daemons that are not running, waits until the node is idle; idempotent.
-# stop   cancels jobs, then ends exactly the daemons this script started (pid files in $STATE).
-# It talks to nothing but localhost.
+# stop   cancels jobs, ends exactly the daemons this script started (pid files in $STATE) and removes
+#        the SLURM configs it wrote: a client configured for a controller that no longer runs makes
+#        every `scontrol` wait ~10 s, and the SLURM executor plugin calls it whenever snakemake starts.
+# The node declares at least $MIN_CPUS CPUs whatever the machine has (SlurmdParameters=config_overrides),
+# so the default config's 3-rank experiments fit on a 2-core machine, oversubscribed as they are
+# by a local `make run`. It talks to nothing but localhost.
 set -euo pipefail
 
 STATE=/run/mpinet-slurm
 CONF=/etc/slurm
 LOGS=/var/log/slurm
 ACCOUNT=ci
+MIN_CPUS=4
 PACKAGES=(munge slurm-wlm slurmdbd mariadb-server libpmix-dev)
 DB_PASS_FILE=$STATE/db-password
 
@@ -65,11 +70,12 @@ host_prerequisites() {
 write_configs() {
   local cpus mem_mb
   cpus=$(nproc)
+  [ "$cpus" -ge "$MIN_CPUS" ] || cpus=$MIN_CPUS
   mem_mb=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
   [ -s "$DB_PASS_FILE" ] || (umask 077 && head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' >"$DB_PASS_FILE")
   mkdir -p "$CONF"
   cat >"$CONF/slurm.conf.new" <<CONFEOF
-# Written by mpinet's tests/slurm/local-cluster.sh: one node, this machine's CPUs and memory.
+# Written by mpinet's tests/slurm/local-cluster.sh: one node, this machine's memory, at least $MIN_CPUS CPUs.
 ClusterName=localcluster
 SlurmctldHost=localhost(127.0.0.1)
 SlurmUser=root
@@ -84,6 +90,7 @@ SlurmctldLogFile=$LOGS/slurmctld.log
 SlurmdLogFile=$LOGS/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
+SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/backfill
@@ -127,6 +134,7 @@ DebugLevel=info
 DBDEOF
   )
   chmod 600 "$CONF/slurmdbd.conf"
+  touch "$STATE/wrote-slurm.conf" "$STATE/wrote-slurmdbd.conf"
 }
 
 start_munge() {
@@ -193,7 +201,7 @@ cmd_start() {
   start_slurmdbd
   start_slurm
   [ "$(timeout 60 srun -N1 -n 2 --mpi=none hostname | wc -l)" = 2 ] || die "smoke test: srun -n 2 did not start 2 tasks"
-  log "cluster up in $((SECONDS - t0))s: partition debug, account $ACCOUNT, $(nproc) CPUs, MpiDefault=pmi2"
+  log "cluster up in $((SECONDS - t0))s: partition debug, account $ACCOUNT, $(sinfo -h -o %c) CPUs declared on $(nproc) cores, MpiDefault=pmi2"
 }
 
 cmd_stop() {
@@ -203,6 +211,9 @@ cmd_stop() {
   fi
   for name in slurmd slurmctld slurmdbd mariadbd munged; do
     if alive "$name" "${name%d}"; then stop_daemon "$name"; else rm -f "$STATE/$name.pid"; fi
+  done
+  for f in slurm.conf slurmdbd.conf; do
+    if grep -qs "mpinet" "$CONF/$f" || [ -e "$STATE/wrote-$f" ]; then rm -f "$CONF/$f" "$STATE/wrote-$f"; fi
   done
 }
 

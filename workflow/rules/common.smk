@@ -4,6 +4,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import Paramspace, validate
 
 from mpinet import MpinetError
+from mpinet.cluster import TrainingJob, check_fits, partitions
 from mpinet.experiments import COLUMNS, config_error, expand_sweeps, train_arguments
 
 # One line naming the key for a bad config; Snakemake's own validate then fills in the defaults.
@@ -130,3 +131,27 @@ def get_dataset_run_files(wildcards):
         for d, ds in zip(run_dirs(), EXPERIMENTS["dataset"])
         if ds == wildcards.dataset
     ]
+
+
+def check_slurm_fit():
+    """On SLURM, a training job no node set of its partition can hold is an error before submission."""
+    plugin = workflow.executor_plugin
+    if plugin is None or plugin.name != "slurm":
+        return
+    jobs = [
+        TrainingJob(
+            f"results/runs/{RUN.format(**dict(job.wildcards.items()))}",
+            int(job.wildcards.ranks),
+            partition=job.resources.get("slurm_partition"),
+        )
+        for job in workflow.dag.needrun_jobs()
+        if job.rule.name in ("train_single", "train_mpi")
+    ]
+    try:
+        check_fits(jobs, *partitions())
+    except MpinetError as e:
+        raise WorkflowError(f"SLURM: {e}") from None
+
+
+onstart:
+    check_slurm_fit()
