@@ -6,14 +6,19 @@ BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
 CONFIG ?= config/config.yaml
+PROFILE ?= profiles/slurm
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup run report test lint pytest benchmark install-profile clean help
+.PHONY: setup run slurm-run squeue report test lint benchmark install-profile clean help
 
 help:
 	@echo "make run              set up .venv, run the default workflow (CONFIG=$(CONFIG)) and build results/report.html"
+	@echo "make slurm-run        the same on a SLURM cluster (PROFILE=$(PROFILE)): every experiment a SLURM job, then the report"
+	@echo "make squeue           your queued and running SLURM jobs, each with the experiment it trains"
+	@echo "make report           (re)build results/report.html from what has run"
 	@echo "make test             set up .venv, then ruff, snakefmt, snakemake --lint and the whole pytest suite"
+	@echo "make lint             only the linters (ruff, ruff format --check, snakefmt --check, snakemake --lint)"
 	@echo "make benchmark        the performance benchmarks (print tables; bench.py also writes benchmarks/results/)"
 	@echo "make install-profile  link profiles/slurm to ~/.config/snakemake/slurm (then: snakemake --profile slurm)"
 	@echo "make clean            remove results/, resources/ and logs/ (keeps .venv)"
@@ -38,6 +43,14 @@ run: setup
 	snakemake --cores $(CORES) --configfile $(CONFIG)
 	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/report.html
 	@echo "done: results/metrics/*.csv, results/plots/*/*.png, results/report.html"
+
+slurm-run: setup
+	snakemake --profile $(PROFILE) --configfile $(CONFIG)
+	snakemake --cores 1 --configfile $(CONFIG) --report results/report.html
+	@echo "done: results/metrics/*.csv, results/plots/*/*.png, results/report.html"
+
+squeue: setup
+	@python -m mpinet.cluster
 
 report: setup
 	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/report.html

@@ -131,3 +131,65 @@ def test_kaggle_without_credentials_says_how_to_fix_it(tmp_path, monkeypatch):
 def test_missing_local_source_is_named(tmp_path):
     with pytest.raises(MpinetError, match="source /no/such/file.zip: no such file or directory"):
         fetch("/no/such/file.zip", tmp_path / "raw")
+
+
+def test_macos_metadata_in_a_zip_is_never_data(synthetic_zip, tmp_path):
+    """A zip made by macOS's Finder: `Intel/…` sorts before `__MACOSX/Intel/…/._*.jpg` copies."""
+    made = tmp_path / "mac.zip"
+    with zipfile.ZipFile(synthetic_zip) as src, zipfile.ZipFile(made, "w") as dst:
+        for m in src.infolist():
+            data = src.read(m)
+            dst.writestr(f"Intel/{m.filename}", data)
+            if m.filename.endswith(".jpg"):
+                folder, _, name = m.filename.rpartition("/")
+                dst.writestr(f"__MACOSX/Intel/{folder}/._{name}", b"\x00\x05\x16\x07 resource fork")
+                dst.writestr(f"Intel/{folder}/._{name}", b"\x00\x05\x16\x07 resource fork")
+        dst.writestr("Intel/seg_train/seg_train/.ipynb_checkpoints/x-checkpoint.jpg", b"not a class")
+        dst.writestr("Intel/.DS_Store", b"\x00")
+    raw = fetch(str(made), tmp_path / "raw")
+    assert not [p for p in raw.rglob("*") if p.name.startswith(".") or p.name == "__MACOSX"]
+    prepare_images(raw, tmp_path / "ds", image_size=24)  # skip_bad_images is off: every file decodes
+    assert dataset.load(tmp_path / "ds").classes == ["buildings", "forest", "glacier", "mountain", "sea", "street"]
+
+
+def test_hidden_folders_in_a_folder_source_are_not_classes(synthetic_zip, tmp_path):
+    raw = fetch(str(synthetic_zip), tmp_path / "unpacked")
+    (raw / "seg_train" / "seg_train" / ".ipynb_checkpoints").mkdir()
+    (raw / "seg_train" / "seg_train" / ".ipynb_checkpoints" / "a.jpg").write_bytes(b"junk")
+    (raw / "seg_train" / "seg_train" / "forest" / "._0.jpg").write_bytes(b"junk")
+    copied = fetch(str(raw), tmp_path / "raw")
+    assert not (copied / "seg_train" / "seg_train" / ".ipynb_checkpoints").exists()
+    prepare_images(raw, tmp_path / "ds", image_size=24)  # straight from the folder too
+    assert len(dataset.load(tmp_path / "ds").classes) == 6
+
+
+def test_an_archive_that_would_unpack_far_beyond_its_size_is_refused(tmp_path):
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("zeros.csv", b"\0" * (300 << 20))  # 300 MiB of zeros compress to ~300 KB
+    with pytest.raises(MpinetError, match=r"bomb.zip: would unpack to 0.3 GiB, more than 0.1 GiB .* refusing"):
+        unpack(bomb, tmp_path / "out")
+    assert not list((tmp_path / "out").rglob("*.csv"))
+
+
+def test_a_checksum_that_cannot_be_checked_is_refused(tmp_path):
+    from mpinet.fetch import source_error
+
+    (tmp_path / "folder").mkdir()
+    entry = {"source": str(tmp_path / "folder"), "format": "images", "sha256": "0" * 64}
+    assert "datasets.d.sha256: " in source_error("d", entry) and "is a folder, not one file" in source_error("d", entry)
+    assert "kaggle: source" in source_error("k", {"source": "kaggle:a/b", "sha256": "0" * 64})
+    assert source_error("f", {"source": str(tmp_path / "folder")}) is None
+    with pytest.raises(MpinetError, match="is a folder, not one file"):
+        fetch(str(tmp_path / "folder"), tmp_path / "raw", sha256="0" * 64)
+
+
+def test_a_folder_source_lists_its_data_files_as_inputs(tmp_path):
+    from mpinet.fetch import local_files
+
+    (tmp_path / "f" / "a").mkdir(parents=True)
+    (tmp_path / "f" / "a" / "1.jpg").write_bytes(b"x")
+    (tmp_path / "f" / "__MACOSX").mkdir()
+    (tmp_path / "f" / "__MACOSX" / "._1.jpg").write_bytes(b"x")
+    assert local_files(str(tmp_path / "f")) == [str(tmp_path / "f" / "a" / "1.jpg")]
+    assert local_files("data/iris.csv") == ["data/iris.csv"]

@@ -8,8 +8,10 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from datetime import datetime
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -248,3 +250,31 @@ def test_a_job_past_its_time_limit_is_retried_and_resumed(tmp_path):
     assert meta["resumed_from_epoch"] > 0
     metrics = pd.read_csv(next((wd / "results/runs").rglob("metrics.csv")))
     assert metrics["epoch"].tolist() == list(range(1, 70001))
+
+
+@pytest.mark.timeout(1200)
+def test_make_slurm_run_takes_the_default_config_to_the_report(tmp_path):
+    """The README's cluster walk-through on the bundled cluster: the default config, then the report."""
+    wd = copy_repo(tmp_path / "checkout")
+    (wd / ".venv").symlink_to(Path(sys.executable).parents[1])
+    since = _since()
+    proc = subprocess.Popen(
+        ["make", "slurm-run"], cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env()
+    )
+    lines, done_at, report_at = [], None, None
+    for line in proc.stdout:
+        lines.append(line)
+        if done_at is None and "steps (100%) done" in line:
+            done_at = time.monotonic()
+        if report_at is None and line.startswith("snakemake --cores 1") and "--report" in line:
+            report_at = time.monotonic()  # the first snakemake has exited and released its lock
+    assert proc.wait(timeout=60) == 0, "".join(lines[-60:])
+    # after the last job Snakemake waits out one status-check interval (10 s in the profile), no more
+    assert done_at is not None and report_at - done_at < 30
+    jobs = sacct_jobs(since)
+    train = jobs[jobs["comment"].str.startswith("rule_train")]
+    assert len(train) == 30 and (train["state"] == "COMPLETED").all(), jobs
+    assert train["name"].str.startswith("mpinet_").all()
+    assert "not able to get a SLURM account" not in "".join(lines)
+    assert len(list((wd / "results/plots").glob("*/*.png"))) == 12
+    assert (wd / "results/report.html").stat().st_size > 1_000_000

@@ -46,9 +46,12 @@ def check_fits(jobs: list[TrainingJob], partitions: dict[str, Partition], defaul
 
 
 def partitions() -> tuple[dict[str, Partition], str | None]:
-    """Every partition's CPU capacity and the default partition's name, from `scontrol show partition`."""
-    text = _slurm("scontrol", "show", "partition", "--oneliner")
-    node_cpus = _node_cpus()
+    """Every partition's CPU capacity and the default partition's name, asked of SLURM."""
+    return parse_partitions(_slurm("scontrol", "show", "partition", "--oneliner"), _node_cpus())
+
+
+def parse_partitions(text: str, node_cpus: dict[str, int]) -> tuple[dict[str, Partition], str | None]:
+    """`scontrol show partition --oneliner` output and CPUs per node as partitions and the default's name."""
     found, default = {}, None
     for line in text.splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
@@ -75,7 +78,8 @@ def default_account() -> str:
     import getpass
 
     try:
-        out = _slurm("sacctmgr", "--noheader", "--parsable2", "show", "user", getpass.getuser(), "format=DefaultAccount")
+        user = getpass.getuser()
+        out = _slurm("sacctmgr", "--noheader", "--parsable2", "show", "user", user, "format=DefaultAccount")
     except MpinetError:
         return ""
     return out.strip().splitlines()[0] if out.strip() else ""
@@ -94,3 +98,59 @@ def _slurm(*cmd: str) -> str:
     if p.returncode != 0:
         raise MpinetError(f"{' '.join(cmd)}: {p.stderr.strip() or 'failed'}")
     return p.stdout
+
+
+def describe_comment(comment: str, columns: tuple[str, ...], defaults: dict) -> str:
+    """A training job's SLURM comment ('rule_train_mpi_wildcards_<values>') as its experiment in words:
+    dataset, design, ranks and seed always, every other value only where it is not the default."""
+    rule, _, values = comment.partition("_wildcards_")
+    parts = values.split("_")
+    if not rule.startswith("rule_train") or len(parts) != len(columns) + 1:
+        return comment
+    row = dict(zip(("dataset", *columns), parts))
+    words = [row["dataset"], row["algorithm"], f"ranks={row['ranks']}"]
+    for key in columns:
+        if key in ("algorithm", "ranks", "seed"):
+            continue
+        default = defaults.get(key)
+        default = "-".join(map(str, default)) if isinstance(default, list) else str(default)
+        if row[key] != default:
+            words.append(f"{key}={row[key]}")
+    return " ".join([*words, f"seed={row['seed']}"])
+
+
+def queue_table(squeue_lines: str, columns: tuple[str, ...], defaults: dict) -> str:
+    """`squeue -o '%i|%T|%M|%k'` output as job id, state, elapsed time and experiment."""
+    rows = ["JOBID     STATE       TIME        EXPERIMENT"]
+    for line in squeue_lines.splitlines():
+        if line.count("|") < 3:
+            continue
+        job, state, elapsed, comment = line.split("|", 3)
+        rows.append(f"{job:<9} {state:<11} {elapsed:<11} {describe_comment(comment, columns, defaults)}")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    """python -m mpinet.cluster: this user's SLURM jobs with the experiment each one trains."""
+    import argparse
+    import getpass
+    import sys
+
+    from mpinet.experiments import COLUMNS, DEFAULTS
+
+    argparse.ArgumentParser(
+        prog="python -m mpinet.cluster",
+        description="List your queued and running SLURM jobs with the experiment each one trains "
+        "(squeue shows only the job comment, whose values carry no keys).",
+    ).parse_args()
+    try:
+        out = _slurm("squeue", "--noheader", "--user", getpass.getuser(), "--format=%i|%T|%M|%k")
+    except MpinetError as e:
+        print(f"mpinet.cluster: error: {e}", file=sys.stderr)
+        return 1
+    print(queue_table(out, COLUMNS, DEFAULTS))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -24,6 +24,40 @@ from mpinet.dataset import staging_dir
 
 KAGGLE_PREFIX = "kaggle:"
 CHUNK = 1 << 20
+# An archive may unpack to at most this many times its own size (JPEGs and CSVs compress 1-10x;
+# a zip bomb, a thousand times or more), and never beyond MAX_UNPACKED bytes.
+MAX_RATIO = 100
+MAX_UNPACKED = 200 << 30
+
+
+def is_metadata(name: str) -> bool:
+    """Files and folders other systems add that are never data: macOS's __MACOSX/ tree and ._*
+    resource forks, .DS_Store, and hidden folders such as .ipynb_checkpoints or .git."""
+    parts = PurePosixPath(name.replace("\\", "/")).parts
+    return any(p == "__MACOSX" or (p.startswith(".") and p not in (".", "..")) for p in parts)
+
+
+def source_error(name: str, entry: dict) -> str | None:
+    """A dataset entry whose keys cannot all be honoured, as one line naming the key; else None."""
+    source = entry.get("source", "")
+    if entry.get("sha256"):
+        if source.startswith(KAGGLE_PREFIX):
+            return f"datasets.{name}.sha256: a kaggle: source is unpacked by kagglehub, not one file; remove sha256"
+        if Path(source).expanduser().is_dir():
+            return (
+                f"datasets.{name}.sha256: {source} is a folder, not one file; remove sha256 or point "
+                "source at the archive it came from"
+            )
+    return None
+
+
+def local_files(source: str) -> list[str]:
+    """The files a local source consists of: the file itself, or every data file under a folder (so
+    Snakemake notices a file changed, added or removed inside it)."""
+    path = Path(source).expanduser()
+    if not path.is_dir():
+        return [source]
+    return sorted(str(f) for f in path.rglob("*") if f.is_file() and not is_metadata(str(f.relative_to(path))))
 
 
 def fetch(source: str, out_dir: str | Path, sha256: str | None = None, retries: int = 3, timeout: float = 60.0) -> Path:
@@ -36,12 +70,16 @@ def fetch(source: str, out_dir: str | Path, sha256: str | None = None, retries: 
             _place(local, staging)
             shutil.rmtree(staging / ".download")
         elif source.startswith(KAGGLE_PREFIX):
+            if sha256:
+                raise MpinetError(f"source {source}: sha256 cannot be checked for a kaggle: source")
             _place(Path(kaggle_download(source[len(KAGGLE_PREFIX) :])), staging)
         else:
             local = Path(source).expanduser()
             if not local.exists():
                 raise MpinetError(f"source {source}: no such file or directory")
-            if sha256 and local.is_file():
+            if sha256 and not local.is_file():
+                raise MpinetError(f"source {source}: sha256 is given but the source is a folder, not one file")
+            if sha256:
                 _check_sha256(local, sha256, source)
             _place(local, staging)
         if out.exists():
@@ -92,18 +130,20 @@ def unpack(archive: Path, dest: Path) -> None:
     try:
         if zipfile.is_zipfile(archive):
             with zipfile.ZipFile(archive) as z:
-                members = z.infolist()
+                members = [m for m in z.infolist() if not is_metadata(m.filename)]
                 for m in members:
                     _check_member(archive, m.filename, is_link=stat.S_ISLNK(m.external_attr >> 16))
+                _check_size(archive, sum(m.file_size for m in members))
                 bad = z.testzip()
                 if bad is not None:
                     raise MpinetError(f"{archive}: member {bad} is corrupt (CRC mismatch)")
-                z.extractall(dest)
+                z.extractall(dest, members=members)
         elif tarfile.is_tarfile(archive):
             with tarfile.open(archive) as t:
-                members = t.getmembers()
+                members = [m for m in t.getmembers() if not is_metadata(m.name)]
                 for m in members:
                     _check_member(archive, m.name, m.issym() or m.islnk(), m.linkname, m.isdev(), hard=m.islnk())
+                _check_size(archive, sum(m.size for m in members))
                 if hasattr(tarfile, "data_filter"):
                     t.extractall(dest, members=members, filter="data")
                 else:  # Python < 3.11.4: members were checked above
@@ -147,7 +187,7 @@ def _kaggle_credentials() -> bool:
 def _place(local: Path, staging: Path) -> None:
     """Put a local file or folder's content into staging, unpacking archives."""
     if local.is_dir():
-        shutil.copytree(local, staging, dirs_exist_ok=True)
+        shutil.copytree(local, staging, dirs_exist_ok=True, ignore=_metadata_names)
     elif is_archive(local):
         unpack(local, staging)
     elif local.suffix.lower() in (".zip", ".tar", ".gz", ".tgz", ".bz2", ".xz"):
@@ -171,6 +211,19 @@ def _check_member(
         inside = target if hard else p.parent / target  # hard links name a path from the archive root
         if not link or target.is_absolute() or _escapes(inside):
             raise MpinetError(f"{archive}: link '{name}' -> '{link}' points outside the target; refusing to unpack")
+
+
+def _metadata_names(folder, names: list[str]) -> list[str]:
+    return [n for n in names if is_metadata(n)]
+
+
+def _check_size(archive: Path, unpacked: int) -> None:
+    limit = min(MAX_UNPACKED, MAX_RATIO * max(archive.stat().st_size, 1 << 20))
+    if unpacked > limit:
+        raise MpinetError(
+            f"{archive}: would unpack to {unpacked / 2**30:.1f} GiB, more than {limit / 2**30:.1f} GiB "
+            f"({MAX_RATIO}x the archive, at most {MAX_UNPACKED >> 30} GiB); refusing to unpack (a zip bomb?)"
+        )
 
 
 def _escapes(path: PurePosixPath) -> bool:

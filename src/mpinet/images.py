@@ -15,6 +15,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from mpinet import MpinetError, dataset
+from mpinet.fetch import is_metadata
 from mpinet.tables import stratified_split
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -32,6 +33,8 @@ def find_splits(root: str | Path) -> dict[str, Path | None]:
     root = Path(root)
     found: dict[str, Path | None] = {"train": None, "test": None, "pred": None}
     for d, subdirs, files in sorted(os.walk(root)):
+        subdirs[:] = [s for s in subdirs if not is_metadata(s)]  # never descend into __MACOSX/ or .hidden/
+        files = [f for f in files if not is_metadata(f)]
         here = Path(d)
         for split, names in SPLIT_NAMES.items():
             if here.name.lower() not in names:
@@ -50,8 +53,8 @@ def find_splits(root: str | Path) -> dict[str, Path | None]:
 def list_labelled(split_dir: Path) -> dict[str, list[Path]]:
     """Class name -> sorted image files; an empty class folder is an error."""
     classes = {}
-    for sub in sorted(p for p in split_dir.iterdir() if p.is_dir()):
-        files = sorted(f for f in sub.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+    for sub in sorted(p for p in split_dir.iterdir() if p.is_dir() and not is_metadata(p.name)):
+        files = sorted(f for f in sub.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and not is_metadata(f.name))
         if not files:
             raise MpinetError(f"{sub}: class folder holds no images (expected *.jpg files)")
         classes[sub.name] = files
@@ -105,7 +108,9 @@ def prepare_images(
         dim = image_size * image_size * 3
         jobs = [("train", train_files, train_y), ("test", test_files, test_y)]
         if include_pred and splits["pred"] is not None:
-            pred = sorted(f for f in splits["pred"].iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+            pred = sorted(
+                f for f in splits["pred"].iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and not is_metadata(f.name)
+            )
             jobs.append(("pred", pred, None))
         counts = {}
         for split, files, y in jobs:
@@ -242,4 +247,4 @@ def _standardize_inplace(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> No
 
 
 def _has_images(d: Path) -> bool:
-    return d.is_dir() and any(f.suffix.lower() in IMAGE_SUFFIXES for f in d.iterdir())
+    return d.is_dir() and any(f.suffix.lower() in IMAGE_SUFFIXES and not is_metadata(f.name) for f in d.iterdir())

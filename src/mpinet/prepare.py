@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from mpinet import MpinetError
+from mpinet.fetch import is_metadata
 from mpinet.images import prepare_images
 from mpinet.tables import prepare_table
 
@@ -41,7 +42,11 @@ def prepare_dataset(
 def find_table(raw_dir: str | Path) -> Path:
     """The one table file in a fetched dataset (searched recursively)."""
     raw = Path(raw_dir)
-    found = sorted(p for p in raw.rglob("*") if p.is_file() and p.suffix.lower() in TABLE_SUFFIXES)
+    found = sorted(
+        p
+        for p in raw.rglob("*")
+        if p.is_file() and p.suffix.lower() in TABLE_SUFFIXES and not is_metadata(str(p.relative_to(raw)))
+    )
     found = [p for p in found if p.name.lower() not in ("readme.txt", "synthetic.txt")]
     if not found:
         raise MpinetError(f"{raw}: no table file (.csv or .data) found")

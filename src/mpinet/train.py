@@ -319,11 +319,15 @@ def _signature(opts: Options, arrays: dataset.Arrays, ranks: int) -> str:
     )
 
 
+# The modules whose code decides a run's numbers (the training rules declare the same ones as inputs).
+TRAINING_MODULES = ("__init__.py", "comm.py", "dataset.py", "model.py", "train.py")
+
+
 def code_fingerprint() -> str:
-    """sha256 over the package's modules: a checkpoint written by other code is never resumed."""
+    """sha256 over the training modules: a checkpoint written by other code is never resumed."""
     h = hashlib.sha256()
-    for f in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    for name in TRAINING_MODULES:
+        h.update(name.encode() + b"\0" + (Path(__file__).parent / name).read_bytes())
     return h.hexdigest()
 
 
@@ -394,7 +398,8 @@ def _difference(theirs: str, ours: str) -> str:
     except ValueError:
         return "by another version"
     changed = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    words = {"data": "for other data", "code": "by other code", "options": "with other options", "ranks": "on other ranks"}
+    words = {"data": "for other data", "code": "by other code", "options": "with other options"}
+    words["ranks"] = "on other ranks"
     return " and ".join(words.get(k, k) for k in changed) or "by another run"
 
 

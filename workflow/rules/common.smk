@@ -5,6 +5,7 @@ from snakemake.utils import Paramspace, validate
 
 from mpinet import MpinetError
 from mpinet.cluster import TrainingJob, check_fits, partitions
+from mpinet.fetch import local_files, source_error
 from mpinet.experiments import COLUMNS, config_error, expand_sweeps, train_arguments
 
 # One line naming the key for a bad config; Snakemake's own validate then fills in the defaults.
@@ -12,6 +13,9 @@ SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 if message := config_error(config, SCHEMA):
     raise WorkflowError(message)
 validate(config, schema="../schemas/config.schema.yaml")
+for name, entry in config["datasets"].items():
+    if message := source_error(name, entry):
+        raise WorkflowError(f"config: {message}")
 
 try:
     EXPERIMENTS = expand_sweeps(config["experiments"], config["datasets"])
@@ -87,11 +91,11 @@ def get_source(wildcards):
 
 
 def get_fetch_input(wildcards):
-    """Local sources are inputs, so replacing the file reruns everything downstream."""
+    """A local source's files are inputs, so changing, adding or removing one reruns everything downstream."""
     source = get_source(wildcards)
     if source.startswith(("http://", "https://", "kaggle:")):
         return []
-    return [source]
+    return local_files(source)
 
 
 def get_dataset_options(wildcards):
