@@ -77,3 +77,37 @@ def test_seeds_are_summarized_with_mean_and_spread(epochs):
 def test_runs_without_a_serial_baseline_have_no_speedup(epochs):
     runs = summarize_runs(epochs[epochs["algorithm"] != "serial"], 0.9)
     assert runs["speedup"].isna().all() and runs["efficiency"].isna().all()
+
+
+def _write_run(d, epochs=3):
+    import json
+
+    d.mkdir(parents=True)
+    rows = pd.DataFrame(_run("serial", 1, 1, [1.0] * epochs, [1.0] * epochs, [0.0] * epochs, [0.5] * epochs))
+    rows[
+        ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "time_s", "compute_s", "comm_s"]
+    ].to_csv(d / "metrics.csv", index=False)
+    (d / "run.json").write_text(json.dumps({"data": {"train_samples": 100}}))
+    return d
+
+
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        (lambda d: (d / "metrics.csv").write_text((d / "metrics.csv").read_text()[:-20]), "complete epoch rows of 3"),
+        (lambda d: (d / "metrics.csv").write_text(""), "metrics.csv: unreadable (EmptyDataError"),
+        (lambda d: (d / "metrics.csv").unlink(), "metrics.csv: unreadable (FileNotFoundError"),
+        (lambda d: (d / "run.json").write_text('{"data": '), "run.json: unreadable or incomplete (JSONDecodeError"),
+        (lambda d: (d / "run.json").write_text("{}"), "run.json: unreadable or incomplete (KeyError"),
+    ],
+)
+def test_a_cut_or_empty_run_is_an_error_naming_it_never_a_row(tmp_path, damage, message):
+    from mpinet import MpinetError
+    from mpinet.aggregate import load_epochs
+
+    run = dict(BASE, algorithm="serial", ranks=1, seed=1, dir=str(_write_run(tmp_path / "run")))
+    assert len(load_epochs([run])) == 3
+    damage(tmp_path / "run")
+    with pytest.raises(MpinetError, match="remove the run's directory and run the workflow again") as e:
+        load_epochs([run])
+    assert str(tmp_path / "run") in str(e.value) and message in str(e.value)

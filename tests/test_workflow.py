@@ -161,6 +161,14 @@ def test_code_edits_rerun_exactly_the_jobs_that_use_the_code(workdir):
         (lambda c: c["experiments"][1].update(batch_size=0), "batch_size"),
         (lambda c: c["experiments"][0].update(learning_rate=-0.1), "learning_rate"),
         (lambda c: c["experiments"][0].update(algorithm="paramserver", ranks=1), "no runnable combination"),
+        (lambda c: c["datasets"].update({"my data": c["datasets"]["iris"]}), "'my data' does not match"),
+        (lambda c: c["datasets"].update({"..": c["datasets"]["iris"]}), "'..' does not match"),
+        (lambda c: c["datasets"].update({"c++": c["datasets"]["iris"]}), "'c++' does not match"),
+        (lambda c: c["datasets"].update({7: c["datasets"]["iris"]}), "7 is not of type 'string'"),
+        (
+            lambda c: c["datasets"]["iris"].update(source="data", sha256="0" * 64),
+            "config: datasets.iris.sha256: data is a folder, not one file",
+        ),
     ],
 )
 def test_bad_config_fails_before_any_job_with_the_key(tmp_path, change, message):
@@ -293,3 +301,46 @@ def test_make_run_on_a_clean_checkout_leaves_tables_plots_and_report(tmp_path):
     assert (wd / "results/report.html").stat().st_size > 1_000_000
     again = subprocess.run([*SNAKEMAKE, "-n", "--cores", "2"], cwd=wd, capture_output=True, text=True, env=env())
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+@pytest.mark.timeout(600)
+def test_editing_a_folder_source_reruns_fetch_prepare_and_training(tmp_path, synthetic_zip):
+    from mpinet.fetch import fetch
+
+    wd = copy_repo(tmp_path / "wd")
+    folder = fetch(str(synthetic_zip), tmp_path / "photos")
+    cfg = {
+        "datasets": {"photos": {"source": str(folder), "format": "images", "image_size": 8}},
+        "experiments": [{"dataset": "photos", "algorithm": "serial", "batch_size": 8, "epochs": 2}],
+    }
+    write_config(wd, cfg)
+    snakemake(wd)
+    assert planned(wd) == {}
+    forest = folder / "seg_train" / "seg_train" / "forest"
+    first = sorted(forest.glob("*.jpg"))[0]
+    time.sleep(1.1)  # a new modification time on file systems with 1 s resolution
+    first.write_bytes(sorted(forest.glob("*.jpg"))[1].read_bytes())  # overwritten with other pixels
+    jobs = planned(wd)
+    assert jobs.get("fetch") == 1 and jobs.get("prepare") == 1 and jobs.get("train_single") == 1, jobs
+    snakemake(wd)
+    (forest / "added.jpg").write_bytes(first.read_bytes())  # a file added
+    assert planned(wd).get("fetch") == 1
+    snakemake(wd)
+    (folder / "seg_train" / "seg_train" / ".DS_Store").write_bytes(b"\0")  # metadata is not data
+    assert planned(wd) == {}
+
+
+def test_a_training_error_reaches_the_console_not_only_the_log(tmp_path):
+    wd = copy_repo(tmp_path)
+    cfg = {
+        "datasets": {"iris": TINY["datasets"]["iris"]},
+        "experiments": [
+            {"dataset": "iris", "algorithm": a, "ranks": r, "learning_rate": 1e300, "loss": "xent", "epochs": 2}
+            for a, r in (("serial", 1), ("allreduce", 2))
+        ],
+    }
+    write_config(wd, cfg)
+    p = snakemake(wd, "--keep-going", check=False, timeout=300)
+    assert p.returncode != 0
+    lines = [x for x in (p.stdout + p.stderr).splitlines() if x.startswith("mpinet.train: error: training diverged")]
+    assert len(lines) == 2, p.stderr[-3000:]

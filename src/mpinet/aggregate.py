@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mpinet import MpinetError
 from mpinet.experiments import COLUMNS
 
 PARAMS = ["dataset", *COLUMNS]
@@ -21,8 +22,7 @@ def load_epochs(runs: list[dict]) -> pd.DataFrame:
     frames = []
     for run in runs:
         d = Path(run["dir"])
-        m = pd.read_csv(d / "metrics.csv")
-        meta = json.loads((d / "run.json").read_text())
+        m, meta = read_run(d, int(run["epochs"]))
         for key in PARAMS:
             m[key] = run[key]
         m["train_samples"] = meta["data"]["train_samples"]
@@ -31,6 +31,33 @@ def load_epochs(runs: list[dict]) -> pd.DataFrame:
     front = [*PARAMS, "run_dir", "train_samples"]
     df = pd.concat(frames, ignore_index=True)
     return df[front + [c for c in df.columns if c not in front]]
+
+
+RERUN = "; remove the run's directory and run the workflow again to retrain it"
+METRICS = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "time_s", "compute_s", "comm_s")
+
+
+def read_run(d: Path, epochs: int) -> tuple[pd.DataFrame, dict]:
+    """A finished run's metrics.csv and run.json, checked: a run whose files are cut, empty or
+    incomplete is an error naming it, never a row of the tables."""
+    try:
+        meta = json.loads((d / "run.json").read_text())
+        train_samples = meta["data"]["train_samples"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise MpinetError(f"{d}/run.json: unreadable or incomplete ({type(e).__name__}: {e}){RERUN}") from None
+    try:
+        m = pd.read_csv(d / "metrics.csv")
+    except (OSError, ValueError) as e:
+        raise MpinetError(f"{d}/metrics.csv: unreadable ({type(e).__name__}: {e}){RERUN}") from None
+    missing = [c for c in METRICS if c not in m.columns]
+    if missing:
+        raise MpinetError(f"{d}/metrics.csv: column(s) {', '.join(missing)} missing{RERUN}")
+    values = m[list(METRICS)].apply(pd.to_numeric, errors="coerce")
+    if m["epoch"].tolist() != list(range(1, epochs + 1)) or values.isna().any().any():
+        raise MpinetError(f"{d}/metrics.csv: {len(m)} complete epoch rows of {epochs} expected (cut or edited?){RERUN}")
+    if not isinstance(train_samples, int) or train_samples < 1:
+        raise MpinetError(f"{d}/run.json: data.train_samples is {train_samples!r}{RERUN}")
+    return m, meta
 
 
 def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame:

@@ -114,6 +114,15 @@ def get_run_options(wildcards):
     return train_arguments(PARAMSPACE.instance(wildcards))
 
 
+def get_data_dir(wildcards, input):
+    """The prepared dataset's directory, from the training job's own inputs."""
+    return str(Path(input.data[0]).parent)
+
+
+def get_run_dir(wildcards, output):
+    return str(Path(output.metrics).parent)
+
+
 def get_checkpoint(wildcards):
     """Kept outside the job's outputs, so Snakemake does not delete it when the job fails."""
     return f"results/checkpoints/{RUN.format(**dict(wildcards.items()))}/checkpoint.npz"

@@ -2,6 +2,8 @@
 # plugin refuses `mpi` with one task); larger runs start under `{resources.mpi}`, which a
 # profile swaps (mpiexec locally, srun on SLURM). Never cap `tasks` with --resources: it
 # would silently shrink rank counts (the trainer's --expect-ranks check catches that).
+# A failed run's one-line error (or its log's last lines) is repeated on stderr, so it reaches
+# the console and not only the log.
 
 
 rule train_single:
@@ -20,14 +22,16 @@ rule train_single:
     conda:
         "../envs/mpinet.yaml"
     params:
+        data=get_data_dir,
+        out=get_run_dir,
         options=get_run_options,
         checkpoint=get_checkpoint,
     message:
         "Training {wildcards.dataset}: {wildcards.algorithm} on 1 rank, seed {wildcards.seed}"
     shell:
-        "python -m mpinet.train --data resources/data/{wildcards.dataset} "
-        "--out $(dirname {output.metrics}) --checkpoint {params.checkpoint} "
-        "{params.options} > {log} 2>&1"
+        "python -m mpinet.train --data {params.data:q} --out {params.out:q} "
+        "--checkpoint {params.checkpoint:q} {params.options} > {log:q} 2>&1 "
+        "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
 
 
 rule train_mpi:
@@ -50,11 +54,14 @@ rule train_mpi:
         mpi="mpiexec",
         tasks=get_ranks,
     params:
+        data=get_data_dir,
+        out=get_run_dir,
         options=get_run_options,
         checkpoint=get_checkpoint,
     message:
         "Training {wildcards.dataset}: {wildcards.algorithm} on {wildcards.ranks} ranks, seed {wildcards.seed}"
     shell:
         "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.train "
-        "--data resources/data/{wildcards.dataset} --out $(dirname {output.metrics}) "
-        "--checkpoint {params.checkpoint} {params.options} > {log} 2>&1"
+        "--data {params.data:q} --out {params.out:q} "
+        "--checkpoint {params.checkpoint:q} {params.options} > {log:q} 2>&1 "
+        "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
