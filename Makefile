@@ -66,6 +66,7 @@ test: lint
 
 benchmark: setup
 	python benchmarks/decode.py
+	python benchmarks/checkpoint.py
 	python benchmarks/bench.py
 
 install-profile:

@@ -114,6 +114,14 @@ def get_run_options(wildcards):
     return train_arguments(PARAMSPACE.instance(wildcards))
 
 
+def get_mem_per_rank(wildcards, input):
+    """MB per rank: its shard of the training array, the whole test array (every rank evaluates its
+    share through the same memory map) and 300 MB of Python, numpy and MPI."""
+    sizes = {Path(f).name: Path(f).stat().st_size / 2**20 for f in input.data if Path(f).exists()}
+    shard = sizes.get("train_x.npy", 0) / max(1, int(wildcards.ranks))
+    return int(shard + sizes.get("test_x.npy", 0) + 300)
+
+
 def get_data_dir(wildcards, input):
     """The prepared dataset's directory, from the training job's own inputs."""
     return str(Path(input.data[0]).parent)

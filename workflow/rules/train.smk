@@ -21,6 +21,8 @@ rule train_single:
         algorithm="serial|allreduce",
     conda:
         "../envs/mpinet.yaml"
+    resources:
+        mem_mb_per_cpu=get_mem_per_rank,
     params:
         data=get_data_dir,
         out=get_run_dir,
@@ -53,6 +55,7 @@ rule train_mpi:
     resources:
         mpi="mpiexec",
         tasks=get_ranks,
+        mem_mb_per_cpu=get_mem_per_rank,
     params:
         data=get_data_dir,
         out=get_run_dir,
