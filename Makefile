@@ -13,6 +13,7 @@ export OMP_NUM_THREADS ?= 1
 .PHONY: setup run slurm-run squeue report test lint benchmark install-profile clean help
 
 help:
+	@echo "make setup            create .venv from the pinned requirements (every other target does this first)"
 	@echo "make run              set up .venv, run the default workflow (CONFIG=$(CONFIG)) and build results/report.html"
 	@echo "make slurm-run        the same on a SLURM cluster (PROFILE=$(PROFILE)): every experiment a SLURM job, then the report"
 	@echo "make squeue           your queued and running SLURM jobs, each with the experiment it trains"
