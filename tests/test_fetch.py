@@ -193,3 +193,85 @@ def test_a_folder_source_lists_its_data_files_as_inputs(tmp_path):
     (tmp_path / "f" / "__MACOSX" / "._1.jpg").write_bytes(b"x")
     assert local_files(str(tmp_path / "f")) == [str(tmp_path / "f" / "a" / "1.jpg")]
     assert local_files("data/iris.csv") == ["data/iris.csv"]
+
+
+@pytest.fixture
+def odd_server():
+    """A real HTTP server on 127.0.0.1 whose answers name the file themselves, redirect, or trickle."""
+    import http.server
+    import threading
+
+    iris = (Path(__file__).resolve().parents[1] / "data" / "iris.csv").read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            if self.path.startswith("/download?"):  # the name only in Content-Disposition
+                self._send(iris, {"Content-Disposition": 'attachment; filename="../flowers.csv"'})
+            elif self.path == "/latest":  # the name only in the redirect's target
+                self.send_response(302)
+                self.send_header("Location", "/files/iris-v2.csv")
+                self.end_headers()
+            elif self.path == "/files/iris-v2.csv":
+                self._send(iris, {})
+            elif self.path == "/slow.zip":  # 1 byte every 0.2 s: each read is quick, the whole is not
+                self.send_response(200)
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+                for _ in range(1000):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+
+        def _send(self, body, headers):
+            self.send_response(200)
+            for k, v in {"Content-Length": str(len(body)), **headers}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+    import time
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_file_name_comes_from_the_server_when_the_url_has_none(odd_server, tmp_path):
+    from mpinet.prepare import find_table
+
+    raw = fetch(f"{odd_server}/download?id=3", tmp_path / "a")
+    assert [p.name for p in raw.iterdir()] == ["flowers.csv"]  # the server's name, without its path
+    raw = fetch(f"{odd_server}/latest", tmp_path / "b")
+    assert find_table(raw).name == "iris-v2.csv"
+
+
+def test_a_trickling_download_stops_at_its_deadline(odd_server, tmp_path):
+    import time
+
+    t = time.monotonic()
+    with pytest.raises(MpinetError, match=r"slow.zip: not complete after 2 s \(\d+ bytes\); giving up"):
+        fetch(f"{odd_server}/slow.zip", tmp_path / "raw", deadline=2, timeout=5)
+    assert time.monotonic() - t < 10
+    assert _nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize("suffix,opener", [(".gz", "gzip"), (".bz2", "bz2"), (".xz", "lzma")])
+def test_a_compressed_single_file_is_decompressed(tmp_path, suffix, opener):
+    import importlib
+
+    iris = Path(__file__).resolve().parents[1] / "data" / "iris.csv"
+    packed = tmp_path / f"iris.csv{suffix}"
+    with importlib.import_module(opener).open(packed, "wb") as f:
+        f.write(iris.read_bytes())
+    raw = fetch(str(packed), tmp_path / "raw")
+    assert (raw / "iris.csv").read_bytes() == iris.read_bytes()
+    cut = tmp_path / f"cut.csv{suffix}"
+    cut.write_bytes(packed.read_bytes()[: len(packed.read_bytes()) // 2])
+    with pytest.raises(MpinetError, match=f"cut.csv{suffix}: truncated or corrupt {suffix} file"):
+        fetch(str(cut), tmp_path / "raw2")

@@ -4,7 +4,10 @@
 leaves nothing: all work happens in a staging directory that is renamed into place at the end.
 """
 
+import bz2
+import gzip
 import hashlib
+import lzma
 import os
 import shutil
 import stat
@@ -28,6 +31,8 @@ CHUNK = 1 << 20
 # a zip bomb, a thousand times or more), and never beyond MAX_UNPACKED bytes.
 MAX_RATIO = 100
 MAX_UNPACKED = 200 << 30
+DEADLINE = 6 * 3600.0  # seconds for a whole download (the Intel archive is ~360 MB)
+SINGLE_FILE_CODECS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 
 
 def is_metadata(name: str) -> bool:
@@ -60,13 +65,20 @@ def local_files(source: str) -> list[str]:
     return sorted(str(f) for f in path.rglob("*") if f.is_file() and not is_metadata(str(f.relative_to(path))))
 
 
-def fetch(source: str, out_dir: str | Path, sha256: str | None = None, retries: int = 3, timeout: float = 60.0) -> Path:
+def fetch(
+    source: str,
+    out_dir: str | Path,
+    sha256: str | None = None,
+    retries: int = 3,
+    timeout: float = 60.0,
+    deadline: float = DEADLINE,
+) -> Path:
     """Materialize `source` as a directory of files at out_dir (archives are unpacked)."""
     out = Path(out_dir)
     with staging_dir(out) as staging:
         if source.startswith(("http://", "https://")):
             name = PurePosixPath(urllib.parse.urlparse(source).path).name or "download"
-            local = download(source, staging / ".download" / name, sha256, retries, timeout)
+            local = download(source, staging / ".download" / name, sha256, retries, timeout, deadline)
             _place(local, staging)
             shutil.rmtree(staging / ".download")
         elif source.startswith(KAGGLE_PREFIX):
@@ -88,40 +100,72 @@ def fetch(source: str, out_dir: str | Path, sha256: str | None = None, retries: 
     return out
 
 
-def download(url: str, dest: Path, sha256: str | None = None, retries: int = 3, timeout: float = 60.0) -> Path:
-    """Stream url to dest with a progress bar, verifying sha256; dest appears only when complete and correct."""
+def download(
+    url: str,
+    dest: Path,
+    sha256: str | None = None,
+    retries: int = 3,
+    timeout: float = 60.0,
+    deadline: float = DEADLINE,
+) -> Path:
+    """Stream url into dest's folder with a progress bar, verifying sha256; the file appears only
+    when complete and correct. Its name is the server's (Content-Disposition, or the last URL after
+    redirects) when it gives one with a suffix, else dest's. `deadline` bounds the whole download:
+    a server trickling bytes never trips the per-read `timeout`."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".part")
+    start = time.monotonic()
     for attempt in range(1, retries + 1):
         try:
             digest = hashlib.sha256()
             with urllib.request.urlopen(url, timeout=timeout) as r, open(tmp, "wb") as f:
+                dest = dest.with_name(_served_name(r, dest.name))
                 total = int(r.headers.get("Content-Length") or 0) or None
                 with tqdm(
                     total=total, unit="B", unit_scale=True, desc=dest.name, file=sys.stderr, mininterval=1
                 ) as bar:
-                    while chunk := r.read(CHUNK):
+                    while chunk := r.read1(CHUNK):  # what has arrived, so the deadline is checked often
                         f.write(chunk)
                         digest.update(chunk)
                         bar.update(len(chunk))
+                        if time.monotonic() - start > deadline:
+                            raise Deadline(f"{url}: not complete after {deadline:g} s ({f.tell()} bytes); giving up")
                 if total is not None and f.tell() != total:
                     raise MpinetError(f"{url}: download truncated at {f.tell()} of {total} bytes")
             break
+        except Deadline as e:
+            tmp.unlink(missing_ok=True)
+            raise MpinetError(str(e)) from None
         except urllib.error.HTTPError as e:
             tmp.unlink(missing_ok=True)
             if e.code < 500 or attempt == retries:
                 raise MpinetError(f"{url}: HTTP {e.code} {e.reason}") from None
         except (urllib.error.URLError, TimeoutError, ConnectionError, MpinetError) as e:
             tmp.unlink(missing_ok=True)
-            if attempt == retries:
+            if attempt == retries or time.monotonic() - start > deadline:
                 reason = getattr(e, "reason", e)
-                raise MpinetError(f"{url}: download failed after {retries} attempts ({reason})") from None
+                raise MpinetError(f"{url}: download failed after {attempt} attempts ({reason})") from None
         time.sleep(min(2 ** (attempt - 1), 10))
     if sha256 and digest.hexdigest() != sha256.lower():
         tmp.unlink(missing_ok=True)
         raise MpinetError(f"{url}: sha256 is {digest.hexdigest()}, expected {sha256.lower()}")
     os.replace(tmp, dest)
     return dest
+
+
+class Deadline(MpinetError):
+    """The whole download took longer than its deadline (not retried)."""
+
+
+def _served_name(response, fallback: str) -> str:
+    """The file name the server gives: Content-Disposition's filename, else the final URL's last part."""
+    disposition = response.headers.get_filename()
+    final = PurePosixPath(urllib.parse.unquote(urllib.parse.urlparse(response.geturl()).path)).name
+    for name in (disposition, final):
+        name = PurePosixPath((name or "").replace("\\", "/")).name  # never a path from the server
+        if name and "." in name.strip(".") and not is_metadata(name):
+            return name
+    return fallback
 
 
 def unpack(archive: Path, dest: Path) -> None:
@@ -190,7 +234,9 @@ def _place(local: Path, staging: Path) -> None:
         shutil.copytree(local, staging, dirs_exist_ok=True, ignore=_metadata_names)
     elif is_archive(local):
         unpack(local, staging)
-    elif local.suffix.lower() in (".zip", ".tar", ".gz", ".tgz", ".bz2", ".xz"):
+    elif local.suffix.lower() in SINGLE_FILE_CODECS:
+        _decompress(local, staging / local.stem)
+    elif local.suffix.lower() in (".zip", ".tar", ".tgz"):
         raise MpinetError(f"{local}: truncated or corrupt archive")
     else:
         shutil.copy2(local, staging / local.name)
@@ -211,6 +257,19 @@ def _check_member(
         inside = target if hard else p.parent / target  # hard links name a path from the archive root
         if not link or target.is_absolute() or _escapes(inside):
             raise MpinetError(f"{archive}: link '{name}' -> '{link}' points outside the target; refusing to unpack")
+
+
+def _decompress(src: Path, dest: Path) -> None:
+    """One compressed file (iris.csv.gz, .bz2, .xz) written out under its name without the suffix."""
+    limit = min(MAX_UNPACKED, MAX_RATIO * max(src.stat().st_size, 1 << 20))
+    try:
+        with SINGLE_FILE_CODECS[src.suffix.lower()](src, "rb") as f, open(dest, "wb") as out:
+            while chunk := f.read(CHUNK):
+                out.write(chunk)
+                if out.tell() > limit:
+                    raise MpinetError(f"{src}: decompresses to more than {limit / 2**30:.1f} GiB; refusing")
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        raise MpinetError(f"{src}: truncated or corrupt {src.suffix} file ({e})") from None
 
 
 def _metadata_names(folder, names: list[str]) -> list[str]:
