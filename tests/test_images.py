@@ -109,3 +109,30 @@ def test_folder_without_images_says_what_layout_is_expected(tmp_path):
     (tmp_path / "r").mkdir()
     with pytest.raises(MpinetError, match=r"no training images found; expected seg_train/<class>/\*.jpg"):
         prepare_images(tmp_path / "r", tmp_path / "ds")
+
+
+def test_pixel_formats_become_the_rgb_a_viewer_shows(tmp_path):
+    from mpinet.images import load_image
+
+    deep = tmp_path / "deep.png"  # 16-bit grey: Pillow's plain RGB conversion clips it to white
+    Image.fromarray(np.full((4, 4), 32896, dtype=np.uint16)).save(deep)
+    assert Image.open(deep).mode.startswith("I")
+    assert (load_image(deep, 4) == 128).all()
+
+    clear = tmp_path / "clear.png"  # fully transparent pixels that store red
+    Image.new("RGBA", (4, 4), (255, 0, 0, 0)).save(clear)
+    assert (load_image(clear, 4) == 255).all()  # laid on white, as a viewer shows it
+
+    turned = tmp_path / "turned.jpg"  # stored 8 wide x 4 high, EXIF says: rotate to 4 x 8
+    img = Image.new("RGB", (8, 4), (0, 0, 0))
+    img.paste((255, 255, 255), (0, 0, 4, 4))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to view
+    img.save(turned, exif=exif, quality=95)
+    upright = load_image(turned, 8)  # resized square, but the white half must now be on top
+    assert upright[:3].mean() > 200 and upright[5:].mean() < 50
+
+    floats = tmp_path / "floats.tif"
+    Image.fromarray(np.full((4, 4), 0.5, dtype=np.float32)).save(floats)
+    with pytest.raises(MpinetError, match="floats.tif: F pixels .* have no known range"):
+        load_image(floats, 4)

@@ -110,3 +110,28 @@ def test_unknown_label_column_names_the_header(tmp_path):
     path.write_text("a,b,label\n1,2,x\n3,4,y\n")
     with pytest.raises(MpinetError, match="label column 'species' is not in the header"):
         read_table(path, label_column="species")
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16", "cp1252"])
+def test_csv_encodings_spreadsheets_write_read_the_same(tmp_path, encoding):
+    text = IRIS.read_text().replace("Iris-setosa", "Iris-sétosa")  # one non-ASCII class name
+    path = tmp_path / "iris.csv"
+    path.write_bytes(text.replace("\n", "\r\n").encode(encoding))  # Windows line ends too
+    x, labels, names = read_table(path)
+    assert "Iris-sétosa" in labels and len(labels) == 150
+    summary = prepare_table(path, tmp_path / "out")
+    assert summary["encoding"] == {"utf-8-sig": "utf-8"}.get(encoding, encoding)
+
+
+def test_a_binary_file_named_csv_is_refused(tmp_path):
+    path = tmp_path / "iris.csv"
+    path.write_bytes(b"PK\x03\x04\x00\x00binary")
+    with pytest.raises(MpinetError, match="iris.csv: holds NUL bytes; expected a text file"):
+        read_table(path)
+
+
+def test_a_number_that_overflows_to_infinity_is_not_a_number(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("a,b,label\n1,2,x\n1e400,2,y\n3,4,y\n")
+    with pytest.raises(MpinetError, match="row 3, column 'a': '1e400' is not a number"):
+        read_table(path)

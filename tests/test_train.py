@@ -338,3 +338,10 @@ def test_checkpoints_are_spaced_by_the_interval(tmp_path):
     _serial(data, 3, ck, seconds=3600)
     with np.load(ck) as c:
         assert int(c["epoch"]) == 3  # the last epoch is always saved
+
+
+def test_a_batch_size_beyond_the_data_is_full_batch_without_huge_buffers(small_dataset):
+    a = dataset.load(small_dataset)
+    huge = train(a, Options(algorithm="serial", hidden=(4,), epochs=2, batch_size=10**12), Comm(None))
+    full = train(a, Options(algorithm="serial", hidden=(4,), epochs=2, batch_size=len(a.train_y)), Comm(None))
+    assert np.array_equal(huge.params, full.params)

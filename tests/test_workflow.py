@@ -165,6 +165,9 @@ def test_code_edits_rerun_exactly_the_jobs_that_use_the_code(workdir):
         (lambda c: c["datasets"].update({"..": c["datasets"]["iris"]}), "'..' does not match"),
         (lambda c: c["datasets"].update({"c++": c["datasets"]["iris"]}), "'c++' does not match"),
         (lambda c: c["datasets"].update({7: c["datasets"]["iris"]}), "7 is not of type 'string'"),
+        (lambda c: c["experiments"][0].update(epochs=5.0), "experiments[0].epochs: 5.0 is not valid"),
+        (lambda c: c["datasets"]["images"].update(image_size=32.0), "image_size: 32.0 is not of type 'integer'"),
+        (lambda c: c["datasets"]["images"].update(image_size=100000), "100000 is greater than the maximum of 2048"),
         (
             lambda c: c["datasets"]["iris"].update(source="data", sha256="0" * 64),
             "config: datasets.iris.sha256: data is a folder, not one file",

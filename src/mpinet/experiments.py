@@ -136,7 +136,12 @@ def config_error(config: dict, schema_path) -> str | None:
 
     with open(schema_path) as f:
         schema = yaml.safe_load(f)
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    # JSON Schema counts 4.0 as an integer; a float where a count is expected is a config error here
+    strict = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda checker, v: isinstance(v, int) and not isinstance(v, bool)
+    )
+    validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=strict)
+    error = jsonschema.exceptions.best_match(validator(schema).iter_errors(config))
     if error is None:
         return None
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 from numpy.lib.format import open_memmap
-from PIL import Image
+from PIL import Image, ImageOps
 from tqdm import tqdm
 
 from mpinet import MpinetError, dataset
@@ -157,12 +157,33 @@ def prepare_images(
 
 
 def load_image(path: Path, size: int) -> np.ndarray:
-    """uint8[size, size, 3]: the file decoded by Pillow, converted to RGB and resized (bilinear) if needed."""
+    """uint8[size, size, 3]: the file decoded by Pillow, turned upright, converted to 8-bit RGB and
+    resized (bilinear) if needed."""
     with Image.open(path) as img:
-        img = img.convert("RGB")
+        img = to_rgb(ImageOps.exif_transpose(img), path)
         if img.size != (size, size):
             img = img.resize((size, size), Image.Resampling.BILINEAR)
         return np.asarray(img, dtype=np.uint8)
+
+
+def to_rgb(img: Image.Image, path) -> Image.Image:
+    """8-bit RGB as a viewer shows the picture. Pillow's plain convert("RGB") would clip 16-bit
+    pixels to 255 (a white image), drop transparency (showing whatever colour transparent pixels
+    store) and guess at 32-bit values; here 16-bit is scaled, transparency is laid on white, and
+    integer or float pixels of unknown range are refused."""
+    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N"):
+        gray = np.asarray(img, dtype=np.uint16)
+        return Image.fromarray(((gray.astype(np.uint32) + 128) // 257).astype(np.uint8), "L").convert("RGB")
+    if img.mode in ("I", "F"):
+        raise MpinetError(
+            f"{path}: {img.mode} pixels (32-bit {'integer' if img.mode == 'I' else 'float'}) have no known "
+            "range for 8-bit RGB; convert the image to 8 or 16 bits per channel"
+        )
+    if img.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (img.mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    return img.convert("RGB")
 
 
 _OUTPUT = None  # a decode worker's (file descriptor, data offset, row bytes, row buffer) of the output .npy

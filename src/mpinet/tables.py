@@ -1,6 +1,9 @@
 """Tabular datasets (Iris): read a CSV, drop id columns and duplicates, split, standardize, write arrays."""
 
+import codecs
 import csv
+import io
+import math
 import re
 from pathlib import Path
 
@@ -11,6 +14,28 @@ from mpinet import MpinetError, dataset
 ID_NAME = re.compile(r"^(id|index|unnamed: ?0|)$", re.IGNORECASE)
 
 
+def decode_text(path: Path) -> tuple[str, str]:
+    """A text file's content and its encoding: UTF-8 (with or without BOM) or UTF-16 with a BOM
+    (Excel's "Unicode text"); anything else that is not UTF-8 is read as Windows-1252, what
+    spreadsheet programs on Windows write, and the summary records that."""
+    raw = path.read_bytes()
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            return raw.decode("utf-16"), "utf-16"
+        except UnicodeDecodeError as e:
+            raise MpinetError(f"{path}: UTF-16 text cut or damaged at byte {e.start}") from None
+    if b"\0" in raw[:4096]:
+        raise MpinetError(f"{path}: holds NUL bytes; expected a text file (CSV), not a binary one")
+    try:
+        return raw.decode("utf-8-sig"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    try:
+        return raw.decode("cp1252"), "cp1252"
+    except UnicodeDecodeError as e:
+        raise MpinetError(f"{path}: byte {e.start} is neither UTF-8 nor Windows-1252 text; save it as UTF-8") from None
+
+
 def read_table(path: str | Path, label_column: str | None = None) -> tuple[np.ndarray, list[str], list[str]]:
     """Read a CSV into (features float64[n, d], labels, feature names).
 
@@ -19,8 +44,10 @@ def read_table(path: str | Path, label_column: str | None = None) -> tuple[np.nd
     files) or else the last column.
     """
     path = Path(path)
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        rows = [(i, r) for i, r in enumerate(csv.reader(f), start=1) if any(c.strip() for c in r)]
+    text, _ = decode_text(path)
+    rows = [
+        (i, r) for i, r in enumerate(csv.reader(io.StringIO(text, newline="")), start=1) if any(c.strip() for c in r)
+    ]
     if not rows:
         raise MpinetError(f"{path}: empty file; expected a CSV with feature columns and a label column")
     first = [c.strip() for c in rows[0][1]]
@@ -70,6 +97,7 @@ def prepare_table(
 ) -> dict:
     """Turn a CSV into a standardized, stratified train/test dataset directory; returns its summary."""
     x, labels, names = read_table(path, label_column)
+    _, encoding = decode_text(Path(path))
     rows = [tuple(v) + (lab,) for v, lab in zip(x.tolist(), labels)]
     seen, keep = set(), []
     for i, row in enumerate(rows):
@@ -91,6 +119,7 @@ def prepare_table(
 
     summary = {
         "format": "csv",
+        "encoding": encoding,
         "source": source or str(path),
         "file": str(path),
         "features": names,
@@ -142,11 +171,11 @@ def _label_index(path: Path, names: list[str], label_column: str | None, has_hea
 
 
 def _is_number(text: str) -> bool:
+    """A finite number: not nan, not inf, and not a value like 1e400 that overflows to inf."""
     try:
-        float(text)
+        return math.isfinite(float(text))
     except ValueError:
         return False
-    return text.strip().lower() not in ("nan", "inf", "-inf", "+inf", "infinity")
 
 
 def _is_id_column(name: str, col: np.ndarray, has_header: bool) -> bool:

@@ -145,7 +145,8 @@ def train(
     n_data = data_ranks(opts.algorithm, comm.size)
     my_slot = comm.rank - 1 if opts.algorithm == "paramserver" else comm.rank
     inbox = np.empty((comm.size - 1, net.n_params), dtype=dt) if is_server else None
-    ws = Workspace(net, opts.batch_size)
+    # buffers for the rows a rank can hold in one step: a batch_size beyond the data allocates no more
+    ws = Workspace(net, min(opts.batch_size, math.ceil(len(arrays.train_y) / n_data)))
     xbuf = np.empty((ws.batch, net.sizes[0]), dtype=dt)
 
     result = Result(params, net)
