@@ -7,17 +7,21 @@ STAMP := $(VENV)/.installed
 CORES ?= 2
 CONFIG ?= config/config.yaml
 PROFILE ?= profiles/slurm
+# results/<study>/ of CONFIG (its `study` key, else the file's name), as the workflow names it
+STUDY = $$(python -m mpinet.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup run slurm-run squeue report test lint benchmark install-profile clean help
+.PHONY: setup run slurm-run status leftovers squeue report test lint benchmark install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first)"
-	@echo "make run              set up .venv, run the default workflow (CONFIG=$(CONFIG)) and build results/report.html"
+	@echo "make run              set up .venv, run the study in CONFIG=$(CONFIG) and build results/<study>/report.html"
 	@echo "make slurm-run        the same on a SLURM cluster (PROFILE=$(PROFILE)): every experiment a SLURM job, then the report"
+	@echo "make status           each experiment of the study (CONFIG): done, running, failed (with its error) or missing"
+	@echo "make leftovers        run directories no study in config/ lists any more (REMOVE=1 deletes them and their logs)"
 	@echo "make squeue           your queued and running SLURM jobs, each with the experiment it trains"
-	@echo "make report           (re)build results/report.html from what has run"
+	@echo "make report           (re)build results/<study>/report.html from what has run"
 	@echo "make test             set up .venv, then ruff, snakefmt, snakemake --lint and the whole pytest suite"
 	@echo "make lint             only the linters (ruff, ruff format --check, snakefmt --check, snakemake --lint)"
 	@echo "make benchmark        the performance benchmarks (print tables; bench.py also writes benchmarks/results/)"
@@ -42,19 +46,25 @@ $(STAMP): requirements.txt pyproject.toml
 
 run: setup
 	snakemake --cores $(CORES) --configfile $(CONFIG)
-	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/report.html
-	@echo "done: results/metrics/*.csv, results/plots/*/*.png, results/report.html"
+	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/$(STUDY)/report.html
+	@echo "done: results/$(STUDY)/metrics/*.csv, results/$(STUDY)/plots/*/*.png, results/$(STUDY)/report.html"
 
 slurm-run: setup
 	snakemake --profile $(PROFILE) --configfile $(CONFIG)
-	snakemake --cores 1 --configfile $(CONFIG) --report results/report.html
-	@echo "done: results/metrics/*.csv, results/plots/*/*.png, results/report.html"
+	snakemake --cores 1 --configfile $(CONFIG) --report results/$(STUDY)/report.html
+	@echo "done: results/$(STUDY)/metrics/*.csv, results/$(STUDY)/plots/*/*.png, results/$(STUDY)/report.html"
+
+status: setup
+	@snakemake status --cores 1 --nolock --quiet all --configfile $(CONFIG)
+
+leftovers: setup
+	@snakemake leftovers --cores 1 --nolock --quiet all --configfile $(CONFIG) --config remove_leftovers=$(if $(REMOVE),True,False)
 
 squeue: setup
 	@python -m mpinet.cluster
 
 report: setup
-	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/report.html
+	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/$(STUDY)/report.html
 
 lint: setup
 	ruff check .

@@ -3,7 +3,11 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The default study, unless a --configfile names another: never both (their datasets and
+# experiments would merge).
+if not workflow.config_settings.configfiles:
+
+    configfile: "config/config.yaml"
 
 
 report: "workflow/report/workflow.rst"
@@ -14,6 +18,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/plots.smk"
+include: "workflow/rules/status.smk"
 
 
 rule all:

@@ -276,5 +276,5 @@ def test_make_slurm_run_takes_the_default_config_to_the_report(tmp_path):
     assert len(train) == 30 and (train["state"] == "COMPLETED").all(), jobs
     assert train["name"].str.startswith("mpinet_").all()
     assert "not able to get a SLURM account" not in "".join(lines)
-    assert len(list((wd / "results/plots").glob("*/*.png"))) == 12
-    assert (wd / "results/report.html").stat().st_size > 1_000_000
+    assert len(list((wd / "results/default/plots").glob("*/*.png"))) == 12
+    assert (wd / "results/default/report.html").stat().st_size > 1_000_000

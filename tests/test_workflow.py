@@ -82,12 +82,12 @@ def workdir(tmp_path_factory):
 
 
 def test_workflow_produces_tables_plots_and_runs(workdir):
-    runs = pd.read_csv(workdir / "results/metrics/runs.csv")
+    runs = pd.read_csv(workdir / "results/test/metrics/runs.csv")
     assert len(runs) == 4 + 3  # iris: serial, allreduce on 1 and 2, paramserver on 2; images: 3
     assert set(runs["dataset"]) == {"iris", "images"}
     for d in ("iris", "images"):
         for f in ("curves", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"):
-            assert (workdir / f"results/plots/{d}/{f}.png").stat().st_size > 10_000
+            assert (workdir / f"results/test/plots/{d}/{f}.png").stat().st_size > 10_000
     run = workdir / "results/runs/iris/algorithm~allreduce/ranks~2/batch_size~4/learning_rate~0.3/epochs~5"
     rest = "hidden~30-20/loss~l2/standardize~True/dtype~float32/sync_every~1/shuffle~samples/faithful~False/seed~1"
     assert (run / rest / "metrics.csv").exists()
@@ -100,13 +100,13 @@ def test_second_run_has_nothing_to_do(workdir):
 
 
 def test_report_lists_every_plot_and_table(workdir):
-    snakemake(workdir, "--report", "results/report.html")
-    html = (workdir / "results/report.html").read_text()
+    snakemake(workdir, "--report", "results/test/report.html")
+    html = (workdir / "results/test/report.html").read_text()
     for d in ("iris", "images"):
         for f in ("curves", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"):
-            assert f"results/plots/{d}/{f}.png" in html, f
+            assert f"results/test/plots/{d}/{f}.png" in html, f
     for t in ("epochs.csv", "runs.csv", "seeds.csv"):
-        assert f"results/metrics/{t}" in html
+        assert f"results/test/metrics/{t}" in html
     for category in ("Training curves", "Scaling", "Tables", "Data"):
         assert category in html
 
@@ -299,9 +299,9 @@ def test_make_run_on_a_clean_checkout_leaves_tables_plots_and_report(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "pip install" not in p.stdout  # setup was already done: make is idempotent
     for table in ("epochs", "runs", "seeds"):
-        assert (wd / f"results/metrics/{table}.csv").stat().st_size > 0
-    assert len(list((wd / "results/plots").glob("*/*.png"))) == 12
-    assert (wd / "results/report.html").stat().st_size > 1_000_000
+        assert (wd / f"results/default/metrics/{table}.csv").stat().st_size > 0
+    assert len(list((wd / "results/default/plots").glob("*/*.png"))) == 12
+    assert (wd / "results/default/report.html").stat().st_size > 1_000_000
     again = subprocess.run([*SNAKEMAKE, "-n", "--cores", "2"], cwd=wd, capture_output=True, text=True, env=env())
     assert "Nothing to be done" in again.stdout + again.stderr
 
@@ -347,3 +347,72 @@ def test_a_training_error_reaches_the_console_not_only_the_log(tmp_path):
     assert p.returncode != 0
     lines = [x for x in (p.stdout + p.stderr).splitlines() if x.startswith("mpinet.train: error: training diverged")]
     assert len(lines) == 2, p.stderr[-3000:]
+
+
+def _iris(**experiment):
+    return {
+        "datasets": {"iris": TINY["datasets"]["iris"]},
+        "experiments": [{"dataset": "iris", "epochs": 3, **experiment}],
+    }
+
+
+@pytest.mark.timeout(900)
+def test_two_studies_keep_their_own_tables_and_share_their_runs(tmp_path):
+    wd = copy_repo(tmp_path)
+    write_config(wd, _iris(algorithm=["serial", "allreduce"], ranks=[1, 2]), name="alpha.yaml")
+    write_config(wd, _iris(algorithm="serial", learning_rate=[0.3, 0.1]), name="beta.yaml")
+    run = [*SNAKEMAKE, "--cores", "2", "--configfile"]
+    a = subprocess.run([*run, "config/alpha.yaml"], cwd=wd, capture_output=True, text=True, env=env())
+    assert a.returncode == 0, a.stderr[-3000:]
+    assert "Aggregating the metrics of 3 runs" in a.stdout + a.stderr  # a count, not every path
+    assert "Study alpha (results/alpha/)" in a.stdout  # the summary at the end
+    alpha = {p: p.stat().st_mtime_ns for p in (wd / "results/alpha").rglob("*") if p.is_file()}
+    assert len(pd.read_csv(wd / "results/alpha/metrics/runs.csv")) == 3
+    b = subprocess.run([*run, "config/beta.yaml"], cwd=wd, capture_output=True, text=True, env=env())
+    assert b.returncode == 0, b.stderr[-3000:]
+    assert len(re.findall(r"\(Rule: train_single\)", b.stdout + b.stderr)) == 1  # lr 0.3 came from alpha
+    assert {p: p.stat().st_mtime_ns for p in (wd / "results/alpha").rglob("*") if p.is_file()} == alpha
+    assert len(pd.read_csv(wd / "results/beta/metrics/runs.csv")) == 2
+    assert not (wd / "results/beta/plots/images").exists()  # the default config's datasets are not merged in
+    for study in ("alpha", "beta"):
+        dry = subprocess.run([*run, f"config/{study}.yaml", "-n"], cwd=wd, capture_output=True, text=True, env=env())
+        assert "Nothing to be done" in dry.stdout + dry.stderr
+    assert not (wd / "results/checkpoints").exists()  # finished runs leave no checkpoint tree
+
+
+@pytest.mark.timeout(600)
+def test_status_names_a_failed_experiment_and_leftovers_are_listed_then_removed(tmp_path):
+    wd = copy_repo(tmp_path)
+    (wd / ".venv").symlink_to(Path(sys.executable).parents[1])  # make's targets use the test's venv
+    cfg = _iris(algorithm="serial", learning_rate=[0.3, 1e300], loss="xent")
+    write_config(wd, cfg)
+    p = snakemake(wd, "--keep-going", check=False)
+    assert p.returncode != 0
+    # the failure listed by name at the end of the run, and by the status view
+    failed = [x for x in p.stdout.splitlines() if x.startswith("failed: iris/") and "learning_rate~1e+300" in x]
+    assert failed and "training diverged in epoch 1" in failed[0], p.stdout[-3000:]
+    status = subprocess.run(
+        ["make", "-s", "status", "CONFIG=config/test.yaml"], cwd=wd, capture_output=True, text=True, env=env()
+    )
+    lines = status.stdout.splitlines()
+    assert any(x.startswith("failed ") and "learning_rate~1e+300" in x and "diverged" in x for x in lines), status
+    assert any(x.startswith("done ") and "learning_rate~0.3/" in x for x in lines)
+    assert lines[-1] == "1 done, 1 failed of 2 experiments"
+
+    write_config(wd, _iris(algorithm="serial", learning_rate=0.1))  # lr 0.3 is no longer in any study
+    snakemake(wd)
+    left = subprocess.run(
+        ["make", "-s", "leftovers", "CONFIG=config/test.yaml"], cwd=wd, capture_output=True, text=True, env=env()
+    )
+    listed = [x for x in left.stdout.splitlines() if x.startswith("leftover: ")]
+    assert len(listed) == 1 and "learning_rate~0.3/" in listed[0], left.stdout
+    gone = subprocess.run(
+        ["make", "-s", "leftovers", "CONFIG=config/test.yaml", "REMOVE=1"],
+        cwd=wd,
+        capture_output=True,
+        text=True,
+        env=env(),
+    )
+    assert "removed 1 run directories" in gone.stdout
+    assert not list((wd / "results/runs").rglob("learning_rate~0.3"))
+    assert list((wd / "results/runs").rglob("learning_rate~0.1"))  # the study's own run is kept

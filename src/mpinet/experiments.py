@@ -134,6 +134,12 @@ def config_error(config: dict, schema_path) -> str | None:
     import jsonschema
     import yaml
 
+    for name, entry in (config.get("datasets") or {}).items():
+        if isinstance(entry, dict) and "standardize" in entry:
+            return (
+                f"config: datasets.{name}.standardize was renamed standardize_inputs (per-channel input "
+                "scaling); `standardize` is an experiment key only (hidden-layer standardization)"
+            )
     with open(schema_path) as f:
         schema = yaml.safe_load(f)
     # JSON Schema counts 4.0 as an integer; a float where a count is expected is a config error here

@@ -28,7 +28,7 @@ def prepare_dataset(
             raw_dir,
             out_dir,
             image_size=options.get("image_size", 150),
-            standardize=options.get("standardize", False),
+            standardize=options.get("standardize_inputs", False),
             test_fraction=options.get("test_fraction", 0.3),
             seed=options.get("split_seed", 0),
             skip_bad_images=options.get("skip_bad_images", False),

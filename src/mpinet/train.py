@@ -405,8 +405,18 @@ def _difference(theirs: str, ours: str) -> str:
 
 
 def remove_checkpoint(path: Path) -> None:
+    """Delete the checkpoint's files and the folders that held only them, up to a `checkpoints` folder."""
     for p in (path, _metrics_path(path), _tmp_path(path)):
         p.unlink(missing_ok=True)
+    folder = path.parent.absolute()
+    while folder != folder.parent:
+        try:
+            folder.rmdir()  # only succeeds while empty
+        except OSError:
+            break
+        if folder.name == "checkpoints":
+            break
+        folder = folder.parent
 
 
 # --- outputs ----------------------------------------------------------------------------

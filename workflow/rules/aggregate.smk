@@ -4,32 +4,33 @@ rule aggregate:
         code=code("aggregate.py", "experiments.py"),
     output:
         epochs=report(
-            "results/metrics/epochs.csv",
+            f"{STUDY_DIR}/metrics/epochs.csv",
             caption="../report/epochs.rst",
             category="Tables",
             labels={"table": "per epoch"},
         ),
         runs=report(
-            "results/metrics/runs.csv",
+            f"{STUDY_DIR}/metrics/runs.csv",
             caption="../report/runs.rst",
             category="Tables",
             labels={"table": "per run"},
         ),
         seeds=report(
-            "results/metrics/seeds.csv",
+            f"{STUDY_DIR}/metrics/seeds.csv",
             caption="../report/seeds.rst",
             category="Tables",
             labels={"table": "per configuration (seeds summarized)"},
         ),
     log:
-        "logs/aggregate.log",
+        f"logs/{STUDY}/aggregate.log",
     localrule: True
     conda:
         "../envs/mpinet.yaml"
     params:
         runs=get_runs,
+        n_runs=get_run_count,
         target_accuracy=lookup(dpath="target_accuracy", within=config, default=0.9),
     message:
-        "Aggregating the metrics of {input} runs"
+        "Aggregating the metrics of {params.n_runs} runs"
     script:
         "../scripts/aggregate.py"

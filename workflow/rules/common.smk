@@ -1,3 +1,4 @@
+import time
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -7,6 +8,7 @@ from mpinet import MpinetError
 from mpinet.cluster import TrainingJob, check_fits, partitions
 from mpinet.fetch import local_files, source_error
 from mpinet.experiments import COLUMNS, config_error, expand_sweeps, train_arguments
+from mpinet.status import Experiment, failures, study_name, summary_table
 
 # One line naming the key for a bad config; Snakemake's own validate then fills in the defaults.
 SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
@@ -21,6 +23,12 @@ try:
     EXPERIMENTS = expand_sweeps(config["experiments"], config["datasets"])
 except MpinetError as e:
     raise WorkflowError(f"config: {e}") from None
+
+# The study's own tables, plots and report live under results/<study>/; the runs are shared, so
+# an experiment that two studies list is trained once.
+STUDY = study_name(config, workflow.config_settings.configfiles)
+workflow_start = time.time()
+STUDY_DIR = f"results/{STUDY}"
 
 # One directory level per grid column under results/runs/<dataset>/ (dataset is its own level).
 PARAMSPACE = Paramspace(EXPERIMENTS[list(COLUMNS)])
@@ -62,20 +70,49 @@ def code(*modules):
     return [str(CODE / m) for m in ("__init__.py", *modules)]
 
 
+def grid_paths(experiments):
+    """<dataset>/<grid path> of every experiment of a table, in table order."""
+    space = Paramspace(experiments[list(COLUMNS)])
+    return [f"{d}/{p}" for d, p in zip(experiments["dataset"], space.instance_patterns)]
+
+
 def run_dirs():
     """results/runs/<dataset>/<grid path> of every experiment, in table order."""
+    return [f"results/runs/{g}" for g in grid_paths(EXPERIMENTS)]
+
+
+def study_experiments():
+    """This study's experiments with their run directory, log and checkpoint, for the status view."""
     return [
-        f"results/runs/{d}/{p}"
-        for d, p in zip(EXPERIMENTS["dataset"], PARAMSPACE.instance_patterns)
+        Experiment(
+            g,
+            Path(f"results/runs/{g}"),
+            Path(f"logs/train/{g}.log"),
+            Path(f"results/checkpoints/{g}/checkpoint.npz"),
+        )
+        for g in grid_paths(EXPERIMENTS)
     ]
+
+
+def all_studies_run_dirs():
+    """Run directories of this study and of every study config in config/ (what leftovers keep)."""
+    import yaml
+
+    dirs = set(run_dirs())
+    for path in sorted(Path(workflow.basedir, "config").glob("*.yaml")):
+        other = yaml.safe_load(path.read_text()) or {}
+        try:
+            table = expand_sweeps(other.get("experiments") or [], other.get("datasets") or {})
+        except (MpinetError, TypeError, AttributeError):
+            continue  # not a study config (or a broken one: it then keeps nothing)
+        dirs |= {f"results/runs/{g}" for g in grid_paths(table)}
+    return sorted(dirs)
 
 
 def get_final_targets():
     return [
-        "results/metrics/epochs.csv",
-        "results/metrics/runs.csv",
-        "results/metrics/seeds.csv",
-        *(f"results/plots/{d}/{f}.png" for d in DATASETS for f in FIGURES),
+        *rules.aggregate.output,
+        *(f"{STUDY_DIR}/plots/{d}/{f}.png" for d in DATASETS for f in FIGURES),
     ]
 
 
@@ -136,6 +173,10 @@ def get_checkpoint(wildcards):
     return f"results/checkpoints/{RUN.format(**dict(wildcards.items()))}/checkpoint.npz"
 
 
+def get_run_count(wildcards):
+    return len(EXPERIMENTS)
+
+
 def get_runs(wildcards):
     """Every experiment's parameters and output directory, for the aggregation."""
     records = EXPERIMENTS.to_dict("records")
@@ -176,3 +217,16 @@ def check_slurm_fit():
 
 onstart:
     check_slurm_fit()
+
+
+def print_summary():
+    """At the end of a run: the study's headline numbers, per design and rank count."""
+    runs = Path(rules.aggregate.output.runs)
+    if runs.exists() and runs.stat().st_mtime >= workflow_start:  # only when this run rewrote it
+        print(f"\nStudy {STUDY} ({STUDY_DIR}/):\n{summary_table(runs)}\n", flush=True)
+
+
+def print_failures():
+    """When a run fails: every failed experiment by name with its one-line error."""
+    if text := failures(study_experiments()):
+        print(f"\n{text}\n", flush=True)

@@ -1,55 +1,55 @@
 rule plots:
     input:
-        epochs="results/metrics/epochs.csv",
-        runs="results/metrics/runs.csv",
+        epochs=rules.aggregate.output.epochs,
+        runs=rules.aggregate.output.runs,
         summary="resources/data/{dataset}/summary.json",
         confusions=get_dataset_run_files,
         code=code("plots.py"),
     output:
         curves=report(
-            "results/plots/{dataset}/curves.png",
+            f"{STUDY_DIR}/plots/{{dataset}}/curves.png",
             caption="../report/curves.rst",
             category="Training curves",
             subcategory="{dataset}",
             labels={"figure": "loss and accuracy"},
         ),
         time_to_accuracy=report(
-            "results/plots/{dataset}/time_to_accuracy.png",
+            f"{STUDY_DIR}/plots/{{dataset}}/time_to_accuracy.png",
             caption="../report/time_to_accuracy.rst",
             category="Training curves",
             subcategory="{dataset}",
             labels={"figure": "time to accuracy"},
         ),
         confusion=report(
-            "results/plots/{dataset}/confusion.png",
+            f"{STUDY_DIR}/plots/{{dataset}}/confusion.png",
             caption="../report/confusion.rst",
             category="Training curves",
             subcategory="{dataset}",
             labels={"figure": "confusion matrix"},
         ),
         scaling=report(
-            "results/plots/{dataset}/scaling.png",
+            f"{STUDY_DIR}/plots/{{dataset}}/scaling.png",
             caption="../report/scaling.rst",
             category="Scaling",
             subcategory="{dataset}",
             labels={"figure": "speedup and efficiency"},
         ),
         time_split=report(
-            "results/plots/{dataset}/time_split.png",
+            f"{STUDY_DIR}/plots/{{dataset}}/time_split.png",
             caption="../report/time_split.rst",
             category="Scaling",
             subcategory="{dataset}",
             labels={"figure": "compute vs communication"},
         ),
         class_counts=report(
-            "results/plots/{dataset}/class_counts.png",
+            f"{STUDY_DIR}/plots/{{dataset}}/class_counts.png",
             caption="../report/class_counts.rst",
             category="Data",
             subcategory="{dataset}",
             labels={"figure": "samples per class"},
         ),
     log:
-        "logs/plots/{dataset}.log",
+        f"logs/{STUDY}/plots/{{dataset}}.log",
     localrule: True
     conda:
         "../envs/mpinet.yaml"

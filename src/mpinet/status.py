@@ -1,0 +1,149 @@
+"""A study's state at a glance: which experiments are done, running, failed or missing, the summary
+printed at the end of a run, and run directories no study refers to any more."""
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"  # the schema's pattern for study and dataset names
+RUNNING_WITHIN_S = 120  # a job whose log grew this recently counts as running
+
+
+def study_name(config: dict, configfiles: list) -> str:
+    """The config's `study`, else its file's name (config/intel.yaml -> intel), else 'default'."""
+    if config.get("study"):
+        return str(config["study"])
+    if configfiles:
+        return Path(configfiles[-1]).stem
+    return "default"
+
+
+@dataclass
+class Experiment:
+    name: str  # <dataset>/<grid path>, as under results/runs/
+    run_dir: Path
+    log: Path
+    checkpoint: Path
+
+
+def state(e: Experiment, now: float | None = None) -> tuple[str, str]:
+    """(state, detail): done, running, failed (with the error line) or missing."""
+    now = time.time() if now is None else now
+    if (e.run_dir / "run.json").exists():
+        return "done", ""
+    if e.log.exists():
+        error = error_line(e.log)
+        if error:
+            return "failed", error
+        saved = f"checkpoint after epoch {_checkpoint_epoch(e.checkpoint)}" if e.checkpoint.exists() else ""
+        if now - e.log.stat().st_mtime < RUNNING_WITHIN_S:
+            return "running", saved
+        if saved:
+            return "failed", f"interrupted; resumes from its {saved}"
+    return "missing", ""
+
+
+def error_line(log: Path) -> str:
+    """The trainer's one-line error in a log, or the log's last line after a traceback."""
+    lines = log.read_text(errors="replace").splitlines()
+    for line in lines:
+        if "error:" in line and line.startswith(("mpinet.train:", "error:")):
+            return line.strip()
+    if any(line.startswith("Traceback") for line in lines) or any("stopped by SIG" in line for line in lines):
+        return next((x.strip() for x in reversed(lines) if x.strip()), "")
+    return ""
+
+
+def status_table(experiments: list[Experiment]) -> str:
+    """One line per experiment and a count per state."""
+    rows = [(e, *state(e)) for e in experiments]
+    width = max((len(e.name) for e, *_ in rows), default=10)
+    lines = [f"{'STATE':<8} {'EXPERIMENT':<{width}}  DETAIL"]
+    lines += [f"{s:<8} {e.name:<{width}}  {d}".rstrip() for e, s, d in rows]
+    counts = pd.Series([s for _, s, _ in rows]).value_counts()
+    lines.append(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(rows)} experiments")
+    return "\n".join(lines)
+
+
+def failures(experiments: list[Experiment]) -> str:
+    """The failed experiments by name with their one-line error; '' if none."""
+    failed = [(e, d) for e in experiments for s, d in [state(e, now=float("inf"))] if s == "failed"]
+    return "\n".join(f"failed: {e.name}: {d}" for e, d in failed)
+
+
+def summary_table(runs_csv: str | Path) -> str:
+    """Per dataset, design and ranks: final accuracy, median epoch time, speedup, time to target, and
+    how many seeds reached the target."""
+    from mpinet.experiments import COLUMNS
+
+    runs = pd.read_csv(runs_csv)
+    varying = [c for c in COLUMNS if c not in ("algorithm", "ranks", "seed") and runs[c].nunique() > 1]
+    g = runs.groupby(["dataset", *varying, "algorithm", "ranks"], sort=True)
+    table = pd.DataFrame(
+        {
+            "seeds": g.size(),
+            "final_acc": g["final_test_accuracy"].mean().round(3),
+            "epoch_s": g["median_epoch_s"].median().map(lambda v: f"{v:.4g}"),
+            "speedup": g["speedup"].median().round(2),
+            "to_target_s": g["time_to_target_s"].median().round(2),
+            "reached": g["time_to_target_s"].apply(lambda s: f"{s.notna().sum()}/{len(s)}"),
+        }
+    )
+    return table.reset_index().to_string(index=False, na_rep="-")
+
+
+def leftovers(runs_root: Path, referenced: set[Path]) -> list[Path]:
+    """Run directories under runs_root (those holding run.json or metrics.csv) that no study lists."""
+    found = {p.parent for name in ("run.json", "metrics.csv") for p in runs_root.rglob(name)}
+    return sorted(d for d in found if d.resolve() not in {r.resolve() for r in referenced})
+
+
+def remove(dirs: list[Path], logs_root: Path, runs_root: Path) -> None:
+    """Delete leftover run directories and their logs, then the folders that became empty."""
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+        log = logs_root / f"{d.relative_to(runs_root)}.log"
+        log.unlink(missing_ok=True)
+    for root in (runs_root, logs_root):
+        prune_empty(root)
+
+
+def prune_empty(root: Path) -> None:
+    """Remove empty folders below root (deepest first), keeping root itself."""
+    if not root.is_dir():
+        return
+    for d in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        if not any(d.iterdir()):
+            d.rmdir()
+
+
+def _checkpoint_epoch(path: Path) -> int:
+    import numpy as np
+
+    try:
+        with np.load(path) as ck:
+            return int(ck["epoch"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def main(argv=None) -> int:
+    """python -m mpinet.status study CONFIG: the study name a config file gets (for the Makefile)."""
+    import argparse
+
+    import yaml
+
+    p = argparse.ArgumentParser(prog="python -m mpinet.status", description="The study name of a config file.")
+    p.add_argument("what", choices=["study"])
+    p.add_argument("config", help="a study's config file, e.g. config/intel.yaml")
+    a = p.parse_args(argv)
+    with open(a.config) as f:
+        print(study_name(yaml.safe_load(f) or {}, [a.config]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
