@@ -72,8 +72,10 @@ lint: setup
 	snakefmt --check .
 	snakemake --lint
 
+# In stages, cheapest first: a lint or unit failure is reported before the cluster tests run.
 test: lint
-	pytest
+	pytest -m "not slurm"
+	pytest -m slurm
 
 benchmark: setup
 	python benchmarks/decode.py

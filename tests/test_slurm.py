@@ -44,9 +44,16 @@ def _cluster_up() -> bool:
 
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
+    ci = os.environ.get("CI") == "true"
+    deadline = time.monotonic() + (600 if ci else 0)  # CI starts the cluster beside the earlier stages
+    while not _cluster_up() and time.monotonic() < deadline:
+        time.sleep(2)
     if not _cluster_up():
         reason = "no SLURM cluster answers; start one with: bash tests/slurm/local-cluster.sh start"
-        if os.environ.get("CI") == "true":
+        log = Path(os.environ.get("MPINET_CLUSTER_LOG", "/nonexistent"))
+        if log.exists():
+            reason += f"\n{log}:\n{log.read_text()[-3000:]}"
+        if ci:
             pytest.fail(reason)
         pytest.skip(reason)
 
