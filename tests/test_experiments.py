@@ -42,8 +42,8 @@ def test_train_arguments_carry_every_parameter():
     [
         ({"dataset": "mnist"}, r"experiments\[0\].dataset: 'mnist' is not defined under datasets"),
         ({"dataset": "iris", "algorithm": "gossip"}, r"experiments\[0\].algorithm: unknown 'gossip'"),
-        ({"dataset": "iris", "batch_size": 0}, r"experiments\[0\].batch_size: must be a positive integer, got 0"),
-        ({"dataset": "iris", "learning_rate": -1}, r"experiments\[0\].learning_rate: must be a positive number"),
+        ({"dataset": "iris", "batch_size": 0}, r"experiments\[0\].batch_size must be a positive integer, got 0"),
+        ({"dataset": "iris", "learning_rate": -1}, r"experiments\[0\].learning_rate must be positive, got -1"),
         ({"dataset": "iris", "colour": "red"}, r"experiments\[0\]: unknown key\(s\) colour"),
         ({"dataset": "iris", "algorithm": "paramserver", "ranks": 1}, r"experiments\[0\]: no runnable combination"),
     ],
@@ -51,3 +51,16 @@ def test_train_arguments_carry_every_parameter():
 def test_bad_sweeps_name_the_key(sweep, message):
     with pytest.raises(MpinetError, match=message):
         expand_sweeps([sweep], DATASETS)
+
+
+def test_the_grid_and_the_cli_derive_from_the_options_dataclass():
+    """One definition: a field added to train.Options appears as a grid column, a default and a flag."""
+    from dataclasses import fields
+
+    from mpinet.experiments import COLUMNS, DEFAULTS
+    from mpinet.train import Options, parse_args
+
+    names = [f.name for f in fields(Options)]
+    assert set(COLUMNS) == {*names, "ranks"} and set(DEFAULTS) == set(COLUMNS)
+    args = vars(parse_args(["--data", "d", "--out", "o"]))
+    assert all(args[n] == (list(f.default) if n == "hidden" else f.default) for n, f in zip(names, fields(Options)))

@@ -1,42 +1,19 @@
 """The experiment grid: config sweeps crossed into one row per training run."""
 
 import itertools
+from dataclasses import fields
 
 import pandas as pd
 
 from mpinet import MpinetError
-from mpinet.train import ALGORITHMS, Options, check_options
+from mpinet.train import Impossible, Options, check_options, option_flag
 
-# Grid columns in path order: what a user compares first comes first in results/runs/<dataset>/...
-COLUMNS = (
-    "algorithm",
-    "ranks",
-    "batch_size",
-    "learning_rate",
-    "epochs",
-    "hidden",
-    "loss",
-    "standardize",
-    "dtype",
-    "sync_every",
-    "shuffle",
-    "faithful",
-    "seed",
-)
+# Grid columns in path order: the training options in their definition order, ranks after algorithm.
+OPTIONS = tuple(f.name for f in fields(Options))
+COLUMNS = (OPTIONS[0], "ranks", *OPTIONS[1:])
 DEFAULTS = {
-    "algorithm": "serial",
     "ranks": 1,
-    "batch_size": 4,
-    "learning_rate": 0.3,
-    "epochs": 100,
-    "hidden": [30, 20],
-    "loss": "l2",
-    "standardize": True,
-    "dtype": "float32",
-    "sync_every": 1,
-    "shuffle": "samples",
-    "faithful": False,
-    "seed": 1,
+    **{f.name: list(f.default) if isinstance(f.default, tuple) else f.default for f in fields(Options)},
 }
 
 
@@ -59,8 +36,7 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
         before = len(rows)
         for combo in itertools.product(*values.values()):
             row = dict(zip(values, combo))
-            _check_row(row, where)
-            if _possible(row):
+            if _possible(row, where):
                 rows.append(row)
         if len(rows) == before:
             raise MpinetError(
@@ -76,23 +52,18 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
 
 def train_arguments(row: dict) -> str:
     """The `python -m mpinet.train` options for one experiment row (hidden as '30-20')."""
-    return " ".join(
-        [
-            f"--algorithm {row['algorithm']}",
-            f"--expect-ranks {row['ranks']}",
-            f"--batch-size {row['batch_size']}",
-            f"--learning-rate {row['learning_rate']}",
-            f"--epochs {row['epochs']}",
-            f"--hidden {' '.join(str(row['hidden']).split('-'))}",
-            f"--loss {row['loss']}",
-            f"--standardize {str(row['standardize']).lower()}",
-            f"--dtype {row['dtype']}",
-            f"--sync-every {row['sync_every']}",
-            f"--shuffle {row['shuffle']}",
-            f"--faithful {str(row['faithful']).lower()}",
-            f"--seed {row['seed']}",
-        ]
-    )
+    args = []
+    for key in COLUMNS:
+        value = row[key]
+        if key == "ranks":
+            args.append(f"--expect-ranks {value}")
+            continue
+        if key == "hidden":
+            value = " ".join(str(value).split("-"))
+        elif isinstance(DEFAULTS[key], bool):
+            value = str(bool(value)).lower()
+        args.append(f"{option_flag(key)} {value}")
+    return " ".join(args)
 
 
 def _as_list(key, value) -> list:
@@ -103,29 +74,18 @@ def _as_list(key, value) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def _check_row(row: dict, where: str) -> None:
-    if row["algorithm"] not in ALGORITHMS:
-        raise MpinetError(f"{where}.algorithm: unknown '{row['algorithm']}'; expected one of {', '.join(ALGORITHMS)}")
-    for key in ("ranks", "batch_size", "epochs", "sync_every"):
-        if not isinstance(row[key], int) or isinstance(row[key], bool) or row[key] < 1:
-            raise MpinetError(f"{where}.{key}: must be a positive integer, got {row[key]!r}")
-    if not isinstance(row["learning_rate"], int | float) or row["learning_rate"] <= 0:
-        raise MpinetError(f"{where}.learning_rate: must be a positive number, got {row['learning_rate']!r}")
-    if not row["hidden"] or any(not isinstance(n, int) or n < 1 for n in row["hidden"]):
-        raise MpinetError(f"{where}.hidden: must list positive layer sizes, got {list(row['hidden'])!r}")
-
-
-def _possible(row: dict) -> bool:
-    """Whether the trainer accepts this combination (serial on 1 rank, paramserver on 2+, ...).
-
-    The trainer's own option check decides, so the grid and the engine cannot disagree;
-    values that are wrong on their own were already refused by _check_row.
-    """
-    options = Options(**{k: row[k] for k in COLUMNS if k != "ranks"})
+def _possible(row: dict, where: str) -> bool:
+    """Whether the trainer accepts this combination; the trainer's own option check decides, so the
+    grid and the engine cannot disagree. Values that are wrong on their own are an error naming
+    the key (the schema refuses most of them first); combinations that cannot go together
+    (serial on 2 ranks, paramserver on 1, ...) are dropped from the sweep."""
+    options = Options(**{k: tuple(row[k]) if k == "hidden" else row[k] for k in OPTIONS})
     try:
         check_options(options, row["ranks"], n_train=row["ranks"])
-    except MpinetError:
+    except Impossible:
         return False
+    except MpinetError as e:
+        raise MpinetError(f"{where}.{e}") from None
     return True
 
 

@@ -26,7 +26,7 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -54,22 +54,39 @@ EVAL_BATCH = 1024
 SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "SLURM_MPI_TYPE", "SLURM_CLUSTER_NAME")
 
 
+def _option(default, help: str, choices: tuple[str, ...] | None = None):
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
 @dataclass
 class Options:
-    """Everything that decides a run's result (and so its checkpoint's validity)."""
+    """Everything that decides a run's result (and so its checkpoint's validity).
 
-    algorithm: str = "serial"
-    hidden: tuple[int, ...] = (30, 20)
-    batch_size: int = 4
-    learning_rate: float = 0.3  # for gradients averaged over the global batch
-    epochs: int = 100
-    seed: int = 1
-    loss: str = "l2"
-    standardize: bool = True
-    dtype: str = "float32"
-    sync_every: int = 1
-    shuffle: str = "samples"
-    faithful: bool = False  # the original's numerics and summed (not averaged) updates, for comparison
+    The one definition of the training options: the CLI (parse_args), the experiment grid's
+    columns and defaults and the workflow's command lines (mpinet.experiments) are derived from
+    these fields. Their order is the run path's order (the grid puts `ranks` after algorithm).
+    """
+
+    algorithm: str = _option("serial", "training design", ALGORITHMS)
+    batch_size: int = _option(4, "samples per step per training rank")
+    learning_rate: float = _option(0.3, "SGD step size, for gradients averaged over the global batch")
+    epochs: int = _option(100, "passes over the training set")
+    hidden: tuple[int, ...] = _option((30, 20), "hidden layer sizes")
+    loss: str = _option("l2", "l2 on one-hot labels or softmax cross-entropy", LOSSES)
+    standardize: bool = _option(True, "standardize each sample's hidden pre-activations (true/false)")
+    dtype: str = _option("float32", "floating-point type of the computation", DTYPES)
+    sync_every: int = _option(
+        1, "allreduce only: 1 averages gradients every step; k > 1 averages weights every k steps (local SGD)"
+    )
+    shuffle: str = _option(
+        "samples",
+        "per epoch, permute single samples (copies each batch) or whole contiguous batches (zero-copy)",
+        SHUFFLES,
+    )
+    faithful: bool = _option(
+        False, "reproduce the original Go project's numerics and summed updates, bugs included (true/false)"
+    )
+    seed: int = _option(1, "seeds the initial weights and the sample order")
 
 
 @dataclass
@@ -81,14 +98,18 @@ class Result:
     resumed_from_epoch: int = 0
 
 
+class Impossible(MpinetError):
+    """Options that are each valid but cannot go together (serial on 2 ranks, ...): a sweep drops them."""
+
+
 def check_options(opts: Options, ranks: int, n_train: int) -> None:
     """Raise MpinetError naming the option if a run with these options cannot work."""
     if opts.algorithm not in ALGORITHMS:
         raise MpinetError(f"algorithm: unknown '{opts.algorithm}'; expected one of {', '.join(ALGORITHMS)}")
     if opts.algorithm == "serial" and ranks != 1:
-        raise MpinetError(f"algorithm serial runs on 1 rank, not {ranks}; use allreduce or paramserver")
+        raise Impossible(f"algorithm serial runs on 1 rank, not {ranks}; use allreduce or paramserver")
     if opts.algorithm == "paramserver" and ranks < 2:
-        raise MpinetError("algorithm paramserver needs at least 2 ranks (rank 0 is the server), got 1")
+        raise Impossible("algorithm paramserver needs at least 2 ranks (rank 0 is the server), got 1")
     if opts.batch_size < 1:
         raise MpinetError(f"batch_size must be a positive integer, got {opts.batch_size}")
     if not (opts.learning_rate > 0 and math.isfinite(opts.learning_rate)):
@@ -106,9 +127,9 @@ def check_options(opts: Options, ranks: int, n_train: int) -> None:
     if opts.sync_every < 1:
         raise MpinetError(f"sync_every must be at least 1, got {opts.sync_every}")
     if opts.sync_every > 1 and opts.algorithm != "allreduce":
-        raise MpinetError(f"sync_every > 1 (local SGD) applies to allreduce only, not {opts.algorithm}")
+        raise Impossible(f"sync_every > 1 (local SGD) applies to allreduce only, not {opts.algorithm}")
     if opts.faithful and (opts.loss != "l2" or opts.sync_every != 1):
-        raise MpinetError("faithful reproduces the original: it needs loss l2 and sync_every 1")
+        raise Impossible("faithful reproduces the original: it needs loss l2 and sync_every 1")
     workers = data_ranks(opts.algorithm, ranks)
     if workers > n_train:
         raise MpinetError(f"{workers} training ranks but only {n_train} training samples; use fewer ranks")
@@ -495,41 +516,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    d = Options()
     p.add_argument("--data", required=True, help="dataset directory written by the preprocessing step")
     p.add_argument("--out", required=True, help="directory for metrics.csv, confusion.csv, weights.npz, run.json")
-    p.add_argument("--algorithm", choices=ALGORITHMS, default=d.algorithm, help="training design")
-    p.add_argument("--hidden", type=int, nargs="+", default=list(d.hidden), help="hidden layer sizes")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="samples per step per training rank")
-    p.add_argument("--learning-rate", type=float, default=d.learning_rate, help="SGD step size")
-    p.add_argument("--epochs", type=int, default=d.epochs, help="passes over the training set")
-    p.add_argument("--seed", type=int, default=d.seed, help="seeds the initial weights and the sample order")
-    p.add_argument("--loss", choices=LOSSES, default=d.loss, help="l2 on one-hot labels or softmax cross-entropy")
-    p.add_argument(
-        "--standardize",
-        type=_boolean,
-        default=d.standardize,
-        help="standardize each sample's hidden pre-activations (true/false)",
-    )
-    p.add_argument("--dtype", choices=DTYPES, default=d.dtype, help="floating-point type of the computation")
-    p.add_argument(
-        "--sync-every",
-        type=int,
-        default=d.sync_every,
-        help="allreduce only: 1 averages gradients every step; k > 1 averages weights every k steps (local SGD)",
-    )
-    p.add_argument(
-        "--shuffle",
-        choices=SHUFFLES,
-        default=d.shuffle,
-        help="per epoch, permute single samples (copies each batch) or whole contiguous batches (zero-copy)",
-    )
-    p.add_argument(
-        "--faithful",
-        type=_boolean,
-        default=d.faithful,
-        help="reproduce the original Go project's numerics and summed updates, bugs included (true/false)",
-    )
+    for f in fields(Options):
+        kw = {"default": f.default, "help": f.metadata["help"], "type": f.type, "choices": f.metadata["choices"]}
+        if f.type is bool:
+            kw["type"] = _boolean
+        elif f.name == "hidden":
+            kw.update(type=int, nargs="+", default=list(f.default))
+        p.add_argument(option_flag(f.name), **kw)
     p.add_argument("--blas-threads", type=int, default=1, help="BLAS threads per rank")
     p.add_argument(
         "--expect-ranks",
@@ -548,20 +543,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def options_from_args(a: argparse.Namespace) -> Options:
-    return Options(
-        algorithm=a.algorithm,
-        hidden=tuple(a.hidden),
-        batch_size=a.batch_size,
-        learning_rate=a.learning_rate,
-        epochs=a.epochs,
-        seed=a.seed,
-        loss=a.loss,
-        standardize=a.standardize,
-        dtype=a.dtype,
-        sync_every=a.sync_every,
-        shuffle=a.shuffle,
-        faithful=a.faithful,
-    )
+    return Options(**{f.name: tuple(a.hidden) if f.name == "hidden" else getattr(a, f.name) for f in fields(Options)})
+
+
+def option_flag(name: str) -> str:
+    """An option's command-line flag: batch_size -> --batch-size."""
+    return "--" + name.replace("_", "-")
 
 
 def main(argv=None) -> int:

@@ -29,7 +29,7 @@ rule aggregate:
     params:
         runs=get_runs,
         n_runs=get_run_count,
-        target_accuracy=lookup(dpath="target_accuracy", within=config, default=0.9),
+        target_accuracy=lookup(dpath="target_accuracy", within=config),
     message:
         "Aggregating the metrics of {params.n_runs} runs"
     script:

@@ -7,11 +7,11 @@ rule make_synthetic:
     conda:
         "../envs/mpinet.yaml"
     params:
-        train_per_class=lookup(dpath="synthetic/train_per_class", within=config, default=40),
-        test_per_class=lookup(dpath="synthetic/test_per_class", within=config, default=10),
-        pred_count=lookup(dpath="synthetic/pred_count", within=config, default=6),
-        size=lookup(dpath="synthetic/size", within=config, default=32),
-        seed=lookup(dpath="synthetic/seed", within=config, default=0),
+        train_per_class=lookup(dpath="synthetic/train_per_class", within=config),
+        test_per_class=lookup(dpath="synthetic/test_per_class", within=config),
+        pred_count=lookup(dpath="synthetic/pred_count", within=config),
+        size=lookup(dpath="synthetic/size", within=config),
+        seed=lookup(dpath="synthetic/seed", within=config),
     message:
         "Drawing the synthetic Intel-layout image archive"
     script:

@@ -54,7 +54,7 @@ rule plots:
     conda:
         "../envs/mpinet.yaml"
     params:
-        target_accuracy=lookup(dpath="target_accuracy", within=config, default=0.9),
+        target_accuracy=lookup(dpath="target_accuracy", within=config),
     message:
         "Plotting dataset {wildcards.dataset}"
     script:
