@@ -23,7 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from mpinet.model import Net
+
 BIN = Path(sys.executable).parent
+CLASSES = 6  # the Intel data's classes
 INTEL_SAMPLES = 14_034
 
 
@@ -52,7 +55,7 @@ def main(argv=None) -> int:
                             runs.append(run_ddp(data, b, dtype, hidden, a.epochs, p, rep))
                             _progress(len(runs), total, runs[-1])
         gemm = gemm_limits(a.features, hidden[0], a.batches, a.dtypes)
-        n_params = a.features * hidden[0] + hidden[0] + sum(x * y + y for x, y in zip(hidden, (*hidden[1:], 6)))
+        n_params = Net((a.features, *hidden, CLASSES)).n_params
         allreduce = {dt: allreduce_time(n_params, dt) for dt in a.dtypes} if max(a.ranks) > 1 else {}
     report = summarize(runs, gemm, allreduce, a, n_params, torch_ok)
     out = Path(a.out)
@@ -101,10 +104,10 @@ def make_data(d: Path, n: int, features: int) -> Path:
     for s in range(0, n, 256):
         x[s : s + 256] = rng.random((min(256, n - s), features), dtype=np.float32)
     x.flush()
-    np.save(d / "train_y.npy", rng.integers(0, 6, n))
+    np.save(d / "train_y.npy", rng.integers(0, CLASSES, n))
     np.save(d / "test_x.npy", rng.random((64, features), dtype=np.float32))
-    np.save(d / "test_y.npy", rng.integers(0, 6, 64))
-    (d / "classes.json").write_text(json.dumps([f"class{i}" for i in range(6)]))
+    np.save(d / "test_y.npy", rng.integers(0, CLASSES, 64))
+    (d / "classes.json").write_text(json.dumps([f"class{i}" for i in range(CLASSES)]))
     (d / "summary.json").write_text("{}")
     return d
 
@@ -274,7 +277,7 @@ def allreduce_worker(a) -> int:
 
 
 def summarize(runs, gemm, allreduce, a, n_params, torch_ok) -> dict:
-    """The Markdown report and the per-cell numbers the targets are read from."""
+    """The Markdown report and the per-cell numbers the headline rows are read from."""
     import pandas as pd
 
     df = pd.DataFrame(runs)
@@ -345,11 +348,11 @@ def summarize(runs, gemm, allreduce, a, n_params, torch_ok) -> dict:
         )
     if not torch_ok:
         lines.append("PyTorch DDP: skipped (torch not installed; `pip install torch==2.13.0` adds it).")
-    lines += ["", *target_lines(targets, a, n_params)]
+    lines += ["", *headline_lines(targets, a, n_params)]
     return {"markdown": "\n".join(lines) + "\n", "targets": targets}
 
 
-def target_lines(t, a, n_params) -> list[str]:
+def headline_lines(t, a, n_params) -> list[str]:
     def get(tag, field):
         return t.get(tag, {}).get(field, float("nan"))
 
@@ -357,19 +360,10 @@ def target_lines(t, a, n_params) -> list[str]:
     rss = get("float32/32/allreduce/2", "peak_rss_mb")
     budget = shard_mb + 3 * n_params * 4 / 1e6 + 150
     rows = [
-        (
-            "serial epoch at batch 256, share of the GEMM limit",
-            ">= 85 %",
-            _pct(get("float32/256/serial/1", "gemm_share")),
-        ),
-        (
-            "serial epoch at batch 32, share of the GEMM limit",
-            ">= 60 %",
-            _pct(get("float32/32/serial/1", "gemm_share")),
-        ),
+        ("serial epoch at batch 256, share of the GEMM limit", _pct(get("float32/256/serial/1", "gemm_share"))),
+        ("serial epoch at batch 32, share of the GEMM limit", _pct(get("float32/32/serial/1", "gemm_share"))),
         (
             "allreduce speedup, 2 ranks vs 1, batch 256",
-            ">= 1.8x",
             _x(
                 get("float32/256/allreduce/2", "speedup_vs_serial")
                 / get("float32/256/allreduce/1", "speedup_vs_serial")
@@ -377,29 +371,26 @@ def target_lines(t, a, n_params) -> list[str]:
         ),
         (
             "allreduce speedup, 2 ranks vs 1, batch 32",
-            ">= 1.4x",
             _x(get("float32/32/allreduce/2", "speedup_vs_serial") / get("float32/32/allreduce/1", "speedup_vs_serial")),
         ),
         (
             "PyTorch DDP (gloo) time / ours, 2 ranks, batch 256 / 32 / 4",
-            ">= 1.5 / 2.0 / 3.0",
             " / ".join(_f(get(f"float32/{b}/allreduce/2", "ddp_over_ours"), 2) for b in (256, 32, 4)),
         ),
         (
             "full 14,034-image epoch, 1 rank, batch 32 (extrapolated)",
-            "<= 2.5 s",
             f"{get('float32/32/serial/1', 'intel_epoch_s'):.2f} s",
         ),
         (
-            "peak memory of a rank (allreduce, 2 ranks, batch 32)",
-            f"<= {budget:.0f} MB (shard + 3 x params + 150 MB)",
+            f"peak memory of a rank (allreduce, 2 ranks, batch 32; shard + 3 x params + 150 MB = {budget:.0f} MB)",
             f"{rss:.0f} MB",
         ),
     ]
+    # the goals for these rows are written in docs/performance.md, next to what they mean
     return [
-        "| target (fp32, 1 BLAS thread per rank) | goal | measured |",
-        "|---|---|---|",
-        *(f"| {n} | {g} | {m} |" for n, g, m in rows),
+        "| headline (fp32, 1 BLAS thread per rank) | measured |",
+        "|---|---|",
+        *(f"| {n} | {m} |" for n, m in rows),
     ]
 
 

@@ -40,7 +40,8 @@ def small_run(tmp_path_factory):
     m.mkdir()
     write_tables(runs, 0.8, m / "epochs.csv", m / "runs.csv", m / "seeds.csv")
     out = {f: tmp / "plots" / f"{f}.png" for f in FIGURES}
-    texts = plot_dataset("small", m / "epochs.csv", m / "runs.csv", data / "summary.json", out, target=0.8)
+    confusions = [r["dir"] / "confusion.csv" for r in runs]
+    texts = plot_dataset("small", m / "epochs.csv", m / "runs.csv", data / "summary.json", confusions, out, target=0.8)
     return out, texts, m
 
 

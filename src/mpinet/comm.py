@@ -6,7 +6,6 @@ spends in them, so the training loop reports compute and communication separatel
 """
 
 import os
-import socket
 import time
 
 import numpy as np
@@ -107,10 +106,6 @@ def mpi_library_version() -> str:
     from mpi4py import MPI
 
     return MPI.Get_library_version().strip().splitlines()[0]
-
-
-def hostname() -> str:
-    return socket.gethostname()
 
 
 def _drop_stale_pmi() -> None:

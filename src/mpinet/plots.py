@@ -3,15 +3,13 @@
 import json
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure  # the object API draws without pyplot, so no display backend is chosen
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from mpinet.experiments import COLUMNS  # noqa: E402
+from mpinet import MpinetError
+from mpinet.experiments import COLUMNS
 
 DESIGN_COLORS = {"serial": "#4d4d4d", "allreduce": "#1f77b4", "paramserver": "#d62728"}
 DESIGN_NAMES = {"serial": "serial", "allreduce": "Allreduce", "paramserver": "parameter server (Send/Recv)"}
@@ -30,7 +28,7 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
     """
     df = _label(epochs)
     variants = sorted(df["variant"].unique())[:MAX_VARIANT_ROWS]
-    fig, grid = plt.subplots(len(variants), 2, figsize=(12, 4.2 * len(variants)), squeeze=False)
+    fig, grid = _subplots(len(variants), 2, figsize=(12, 4.2 * len(variants)), squeeze=False)
     for row, variant in zip(grid, variants):
         part = df[df["variant"] == variant]
         for ax, y, label in (
@@ -53,7 +51,7 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
 def scaling(runs: pd.DataFrame, title: str, path) -> dict:
     """Speedup and parallel efficiency against the 1-rank serial run, with the ideal lines."""
     df = _label(runs[runs["algorithm"] != "serial"].dropna(subset=["speedup"]))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = _subplots(1, 2, figsize=(12, 4.5))
     ranks = sorted(runs["ranks"].unique())
     style = "variant" if df["variant"].nunique() > 1 else None
     for ax, y in zip(axes, ("speedup", "efficiency")):
@@ -88,7 +86,7 @@ def time_split(runs: pd.DataFrame, title: str, path) -> dict:
     labels = [
         f"{SHORT_NAMES[a]}\n{_ranks(r)}\n{v}".strip() for v, a, r in zip(df["variant"], df["algorithm"], df["ranks"])
     ]
-    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(df)), 4.5))
+    fig, ax = _subplots(figsize=(max(6, 1.3 * len(df)), 4.5))
     x = np.arange(len(df))
     colors = [DESIGN_COLORS[a] for a in df["algorithm"]]
     ax.bar(x, df["median_compute_s"] * 1e3, color=colors, label="compute")
@@ -117,7 +115,7 @@ def time_to_accuracy(epochs: pd.DataFrame, title: str, path, target: float | Non
     keys = ["variant", "design", "algorithm", "ranks", "epoch"]
     mean = df.groupby(keys, sort=False)[["elapsed_s", "test_accuracy"]].mean().reset_index()
     variants = sorted(mean["variant"].unique())[:MAX_VARIANT_ROWS]
-    fig, grid = plt.subplots(1, len(variants), figsize=(8 * len(variants), 4.5), squeeze=False, sharey=True)
+    fig, grid = _subplots(1, len(variants), figsize=(8 * len(variants), 4.5), squeeze=False, sharey=True)
     axes = list(grid.flat)
     for ax, variant in zip(axes, variants):
         part = mean[mean["variant"] == variant]
@@ -144,7 +142,7 @@ def time_to_accuracy(epochs: pd.DataFrame, title: str, path, target: float | Non
 def confusion(confusion_csv, title: str, path) -> dict:
     """Heatmap of a run's final confusion matrix (rows true class, columns predicted)."""
     m = pd.read_csv(confusion_csv, index_col=0)
-    fig, ax = plt.subplots(figsize=(1.2 * len(m) + 3, 0.9 * len(m) + 2.5))
+    fig, ax = _subplots(figsize=(1.2 * len(m) + 3, 0.9 * len(m) + 2.5))
     sns.heatmap(m, annot=True, fmt="d", cmap="Blues", cbar_kws={"label": "test samples"}, ax=ax)
     ax.set_xlabel("predicted class")
     ax.set_ylabel("true class")
@@ -157,7 +155,7 @@ def class_counts(summary_json, title: str, path) -> dict:
     df = pd.DataFrame(
         [{"split": sp, "class": c, "samples": n} for sp, cs in s["counts"].items() for c, n in cs.items()]
     )
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(s["classes"]) + 2), 4.5))
+    fig, ax = _subplots(figsize=(max(6, 1.1 * len(s["classes"]) + 2), 4.5))
     sns.barplot(data=df, x="class", y="samples", hue="split", ax=ax)
     ax.set_xlabel("class")
     ax.set_ylabel("samples")
@@ -171,8 +169,11 @@ def best_run(runs: pd.DataFrame, dataset: str) -> pd.Series:
     return r.iloc[0]
 
 
-def plot_dataset(dataset: str, epochs_csv, runs_csv, summary_json, out: dict, target: float | None = None) -> dict:
-    """Every figure of one dataset; out maps figure name -> PNG path. Returns each figure's texts."""
+def plot_dataset(
+    dataset: str, epochs_csv, runs_csv, summary_json, confusions: list, out: dict, target: float | None = None
+) -> dict:
+    """Every figure of one dataset; confusions are its runs' confusion.csv files, out maps figure
+    name -> PNG path. Returns each figure's texts."""
     epochs = pd.read_csv(epochs_csv)
     runs = pd.read_csv(runs_csv)
     e, r = epochs[epochs["dataset"] == dataset], runs[runs["dataset"] == dataset]
@@ -184,13 +185,21 @@ def plot_dataset(dataset: str, epochs_csv, runs_csv, summary_json, out: dict, ta
         "class_counts": class_counts(summary_json, dataset, out["class_counts"]),
     }
     best = best_run(runs, dataset)
+    matrix = next((Path(c) for c in confusions if Path(c).parent == Path(best["run_dir"])), None)
+    if matrix is None:
+        raise MpinetError(f"{best['run_dir']}: the best run's confusion.csv is not among the inputs")
     texts["confusion"] = confusion(
-        Path(best["run_dir"]) / "confusion.csv",
+        matrix,
         f"{dataset}: confusion matrix of the best run ({DESIGN_NAMES[best['algorithm']]}, {_ranks(best['ranks'])}, "
         f"seed {best['seed']}, test accuracy {best['final_test_accuracy']:.3f})",
         out["confusion"],
     )
     return texts
+
+
+def _subplots(*grid, figsize, **kw):
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*grid, **kw)
 
 
 def _ranks(n: int) -> str:
@@ -230,6 +239,5 @@ def _finish(fig, axes, title: str, path, legend: bool = True) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp.png")
     fig.savefig(tmp, dpi=DPI)
-    plt.close(fig)
     tmp.replace(path)
     return texts

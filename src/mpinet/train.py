@@ -23,6 +23,7 @@ import os
 import platform
 import resource
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -32,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from mpinet import MpinetError, __version__, dataset
-from mpinet.comm import Comm, hostname, mpi_library_version, world
+from mpinet.comm import Comm, mpi_library_version, world
 from mpinet.model import LOSSES, Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
 
 ALGORITHMS = ("serial", "allreduce", "paramserver")
@@ -470,7 +471,7 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
     """Provenance for run.json; called on every rank (host names are gathered)."""
     from threadpoolctl import threadpool_info
 
-    hosts = comm.gather_strings(hostname())
+    hosts = comm.gather_strings(socket.gethostname())
     meta = {
         "ranks": comm.size,
         "data_ranks": data_ranks(opts.algorithm, comm.size),

@@ -4,10 +4,11 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import Paramspace, validate
 
-from mpinet import MpinetError
+from mpinet import MpinetError, dataset
 from mpinet.cluster import TrainingJob, check_fits, partitions
 from mpinet.fetch import local_files, source_error
 from mpinet.experiments import COLUMNS, config_error, expand_sweeps, train_arguments
+from mpinet.train import TRAINING_MODULES
 from mpinet.status import Experiment, failures, study_name, summary_table
 
 # One line naming the key for a bad config; Snakemake's own validate then fills in the defaults.
@@ -34,14 +35,7 @@ STUDY_DIR = f"results/{STUDY}"
 PARAMSPACE = Paramspace(EXPERIMENTS[list(COLUMNS)])
 RUN = f"{{dataset}}/{PARAMSPACE.wildcard_pattern}"
 RUN_FILES = ["metrics.csv", "confusion.csv", "weights.npz", "run.json"]
-DATASET_FILES = [
-    "train_x.npy",
-    "train_y.npy",
-    "test_x.npy",
-    "test_y.npy",
-    "classes.json",
-    "summary.json",
-]
+DATASET_FILES = list(dataset.FILES)
 FIGURES = [
     "curves",
     "scaling",
@@ -67,7 +61,7 @@ wildcard_constraints:
 
 def code(*modules):
     """Package modules as job inputs: editing one reruns exactly the jobs that import it."""
-    return [str(CODE / m) for m in ("__init__.py", *modules)]
+    return [str(CODE / m) for m in dict.fromkeys(("__init__.py", *modules))]
 
 
 def grid_paths(experiments):

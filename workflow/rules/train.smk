@@ -9,7 +9,7 @@
 rule train_single:
     input:
         data=multiext("resources/data/{dataset}/", *DATASET_FILES),
-        code=code("model.py", "train.py", "comm.py", "dataset.py"),
+        code=code(*TRAINING_MODULES),
     output:
         **{f.split(".")[0]: f"results/runs/{RUN}/{f}" for f in RUN_FILES},
     log:
@@ -39,7 +39,7 @@ rule train_single:
 rule train_mpi:
     input:
         data=multiext("resources/data/{dataset}/", *DATASET_FILES),
-        code=code("model.py", "train.py", "comm.py", "dataset.py"),
+        code=code(*TRAINING_MODULES),
     output:
         **{f.split(".")[0]: f"results/runs/{RUN}/{f}" for f in RUN_FILES},
     log:

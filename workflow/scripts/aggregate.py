@@ -1,7 +1,7 @@
 """Snakemake adapter: build the metrics tables."""
 
 from mpinet.aggregate import write_tables
-from mpinet.script import run_step
+from mpinet.step import run_step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 o = sm.output

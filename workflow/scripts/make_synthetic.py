@@ -1,6 +1,6 @@
 """Snakemake adapter: draw the synthetic Intel-layout archive."""
 
-from mpinet.script import run_step
+from mpinet.step import run_step
 from mpinet.synthetic import make_archive
 
 p = snakemake.params  # noqa: F821 (injected by Snakemake)

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from mpinet.prepare import prepare_dataset
-from mpinet.script import run_step
+from mpinet.step import run_step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 out_dir = Path(sm.output[0]).parent
