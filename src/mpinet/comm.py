@@ -3,6 +3,19 @@
 `Comm` wraps MPI.COMM_WORLD (or nothing, for `serial`), uses only buffer-based
 (uppercase) calls on numpy arrays, and counts the seconds and payload bytes each rank
 spends in them, so the training loop reports compute and communication separately.
+
+The exchanges (`GradientAllreduce`, `LocalSGD`, `ParameterServer`) are what a training step
+ends with, chosen once before the loop (`exchange_for`), the way Horovod hides its
+communication behind `optimizer.step()`: the loop computes an lr-scaled gradient and calls
+`exchange.step`, whatever the design.
+
+Why one Allreduce of the whole flat gradient after backprop, with no bucketing and no overlap
+of communication with computation (as PyTorch DDP does): 99.98 % of the Intel network's
+2.7 M parameters are the first layer's weights (67,500 x 40), and backprop computes that
+layer's gradient last, so there is nothing large to send early; splitting the buffer would
+only add messages. Overlap would pay off for a network whose large layers are near the output,
+or for many layers of similar size: then reduce each layer's slice of the flat buffer with a
+nonblocking Iallreduce as soon as backprop finishes it, and wait before the update.
 """
 
 import os
@@ -123,3 +136,58 @@ def _drop_stale_pmi() -> None:
     except (OSError, ValueError):
         for key in [k for k in os.environ if k.startswith("PMI_")]:
             del os.environ[key]
+
+
+class GradientAllreduce:
+    """Sum the ranks' lr-scaled gradients (already divided by the global batch) and step: the
+    result is serial SGD on the whole global batch. With `Comm(None)` it is plain serial SGD."""
+
+    trains = True
+
+    def __init__(self, comm: Comm):
+        self.comm = comm
+
+    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int) -> None:
+        self.comm.sum_inplace(grads)
+        params -= grads
+
+
+class LocalSGD:
+    """Every rank steps on its own slice; every `every` steps (and at the epoch's end) the
+    weights are averaged over the ranks."""
+
+    trains = True
+
+    def __init__(self, comm: Comm, every: int):
+        self.comm, self.every = comm, every
+
+    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int) -> None:
+        params -= grads
+        if (k + 1) % self.every == 0 or k == steps - 1:
+            self.comm.sum_inplace(params)
+            params *= params.dtype.type(1.0 / self.comm.size)
+
+
+class ParameterServer:
+    """Rank 0 holds the main weights and does not train: it applies every worker's update and
+    sends the weights back; a worker sends its gradient and receives the new weights."""
+
+    def __init__(self, comm: Comm, n_params: int, dtype):
+        self.comm = comm
+        self.trains = comm.rank != 0
+        self.inbox = None if self.trains else np.empty((comm.size - 1, n_params), dtype=dtype)
+
+    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int) -> None:
+        if self.trains:
+            self.comm.worker_step(params, grads)
+        else:
+            self.comm.server_step(params, self.inbox)
+
+
+def exchange_for(algorithm: str, sync_every: int, comm: Comm, n_params: int, dtype):
+    """The exchange a training step ends with, for this design."""
+    if algorithm == "paramserver":
+        return ParameterServer(comm, n_params, dtype)
+    if sync_every > 1:
+        return LocalSGD(comm, sync_every)
+    return GradientAllreduce(comm)

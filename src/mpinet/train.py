@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from mpinet import MpinetError, __version__, dataset
-from mpinet.comm import Comm, mpi_library_version, world
+from mpinet.comm import Comm, exchange_for, mpi_library_version, world
 from mpinet.model import LOSSES, Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
 
 ALGORITHMS = ("serial", "allreduce", "paramserver")
@@ -163,10 +163,9 @@ def train(
     grads = np.zeros_like(params)
     layers, grad_layers = layer_views(net, params), layer_views(net, grads)
 
-    is_server = opts.algorithm == "paramserver" and comm.rank == 0
+    exchange = exchange_for(opts.algorithm, opts.sync_every, comm, net.n_params, dt)
     n_data = data_ranks(opts.algorithm, comm.size)
     my_slot = comm.rank - 1 if opts.algorithm == "paramserver" else comm.rank
-    inbox = np.empty((comm.size - 1, net.n_params), dtype=dt) if is_server else None
     # buffers for the rows a rank can hold in one step: a batch_size beyond the data allocates no more
     ws = Workspace(net, min(opts.batch_size, math.ceil(len(arrays.train_y) / n_data)))
     xbuf = np.empty((ws.batch, net.sizes[0]), dtype=dt)
@@ -183,62 +182,38 @@ def train(
     n = len(arrays.train_y)
     global_batch = opts.batch_size * n_data
     steps = math.ceil(n / global_batch)
-    lr = opts.learning_rate
     for epoch in range(start_epoch + 1, opts.epochs + 1):
+        # this epoch's order: a permutation of rows or of whole batches, the same on every rank
         rng = np.random.default_rng([opts.seed, epoch])
         order = rng.permutation(n) if opts.shuffle == "samples" else rng.permutation(steps) * global_batch
         sums = np.zeros(3)  # training loss, correct predictions, samples: this rank's share
         comm_before, bytes_before = comm.seconds, comm.bytes_sent
         t0 = time.perf_counter()
         for k in range(steps):
-            if is_server:
-                comm.server_step(params, inbox)
-                continue
-            batch = _global_batch(order, k, global_batch, n, opts.shuffle)
-            mine = _slot(batch, my_slot, n_data)
-            if opts.shuffle == "samples":
-                mine = np.sort(mine)  # sequential reads of the memory map
-                x = _gather(arrays.train_x, mine, xbuf)
-            else:
-                x = _rows(arrays.train_x, mine, xbuf)
-            y = np.asarray(arrays.train_y[mine])
-            if opts.faithful:
-                scale = lr  # the original summed its updates over the batch and the ranks
-            elif opts.sync_every == 1:
-                scale = lr / len(batch)  # averages over the whole global batch once gradients are summed
-            else:
-                scale = lr / max(len(mine), 1)  # local SGD: every rank steps on its own slice
-            if len(mine):
-                out = forward(net, layers, x, ws)
-                loss, correct = loss_and_correct(net, out, y)
-                sums += (loss, correct, len(mine))
-                backward(net, layers, grad_layers, x, y, ws, scale)
-            else:
-                grads.fill(0)
-            if opts.algorithm == "paramserver":
-                comm.worker_step(params, grads)
-            elif opts.sync_every == 1:
-                comm.sum_inplace(grads)
-                params -= grads
-            else:
-                if len(mine):
-                    params -= grads
-                if (k + 1) % opts.sync_every == 0 or k == steps - 1:
-                    comm.sum_inplace(params)
-                    params *= dt.type(1.0 / n_data)
+            if exchange.trains:
+                # the rows of step k: this rank's slot of the k-th global batch
+                batch = _global_batch(order, k, global_batch, n, opts.shuffle)
+                mine = _slot(batch, my_slot, n_data)
+                x, y = _rows_of(arrays, mine, xbuf, opts.shuffle)
+                # forward and backward: the loss on those rows and the lr-scaled gradient, in grads
+                scale = _step_scale(opts, len(batch), len(mine))
+                sums += _gradient(net, layers, grad_layers, grads, x, y, ws, scale)
+            # exchange: combine the ranks' updates and step (Allreduce, local SGD or the server)
+            exchange.step(params, grads, k, steps)
         t_train = time.perf_counter() - t0
 
+        # evaluation on the whole test set, and the epoch's metrics reduced over the ranks
         t0 = time.perf_counter()
         test_sums, confusion = _evaluate(net, layers, arrays.test_x, arrays.test_y, comm, ws.batch)
         t_eval = time.perf_counter() - t0
         comm.sum_untimed(sums)
-        row = _epoch_row(epoch, sums, test_sums, t_train, t_eval, comm, comm_before, bytes_before, not is_server)
+        row = _epoch_row(epoch, sums, test_sums, t_train, t_eval, comm, comm_before, bytes_before, exchange.trains)
         if not all(math.isfinite(row[c]) for c in ("train_loss", "test_loss")):
             if checkpoint is not None and comm.rank == 0:
                 remove_checkpoint(checkpoint)
             raise MpinetError(
                 f"training diverged in epoch {epoch}: loss is {row['train_loss']}; "
-                f"lower learning_rate (now {lr}) or use loss xent"
+                f"lower learning_rate (now {opts.learning_rate}) or use loss xent"
             )
         result.metrics.append(row)
         result.confusion = confusion
@@ -247,6 +222,7 @@ def train(
             f"train_acc={row['train_accuracy']:.3f} test_acc={row['test_accuracy']:.3f} "
             f"time={row['time_s']:.3f}s comm={row['comm_s']:.3f}s"
         )
+        # checkpoint, at most every checkpoint_seconds (and after the last epoch)
         due = time.monotonic() - last_save >= checkpoint_seconds or epoch == opts.epochs
         if checkpoint is not None and comm.rank == 0 and due:
             _save_checkpoint(checkpoint, signature, params, epoch, result.metrics)
@@ -254,6 +230,34 @@ def train(
     if result.confusion is None:  # resumed after the last epoch: evaluate once for the matrix
         _, result.confusion = _evaluate(net, layers, arrays.test_x, arrays.test_y, comm, ws.batch)
     return result
+
+
+def _step_scale(opts: Options, global_rows: int, my_rows: int) -> float:
+    """The factor on a rank's summed gradient that makes the exchange's update the right one."""
+    if opts.faithful:
+        return opts.learning_rate  # the original summed its updates over the batch and the ranks
+    if opts.sync_every == 1:
+        return opts.learning_rate / global_rows  # an average over the whole global batch once summed
+    return opts.learning_rate / max(my_rows, 1)  # local SGD: every rank steps on its own slice
+
+
+def _rows_of(arrays: dataset.Arrays, rows: np.ndarray, xbuf: np.ndarray, shuffle: str):
+    """Features and labels of the given training rows: copied in file order, or a zero-copy view."""
+    if shuffle == "samples":
+        rows = np.sort(rows)  # sequential reads of the memory map
+        return _gather(arrays.train_x, rows, xbuf), np.asarray(arrays.train_y[rows])
+    return _rows(arrays.train_x, rows, xbuf), np.asarray(arrays.train_y[rows])
+
+
+def _gradient(net, layers, grad_layers, grads, x, y, ws, scale) -> tuple[float, int, int]:
+    """(loss, correct, rows) of x and the scaled gradient in grads (zero when the slot is empty)."""
+    if not len(y):
+        grads.fill(0)
+        return 0.0, 0, 0
+    out = forward(net, layers, x, ws)
+    loss, correct = loss_and_correct(net, out, y)
+    backward(net, layers, grad_layers, x, y, ws, scale)
+    return loss, correct, len(y)
 
 
 def _global_batch(order: np.ndarray, k: int, size: int, n: int, shuffle: str) -> np.ndarray:
