@@ -1,5 +1,6 @@
 """The Snakemake workflow run for real in a temporary copy of the repository."""
 
+import json
 import os
 import re
 import shutil
@@ -93,6 +94,22 @@ def test_workflow_produces_tables_plots_and_runs(workdir):
     assert (run / rest / "metrics.csv").exists()
     assert not list((workdir / "results").rglob("checkpoint.npz"))  # finished runs leave no checkpoint
     assert "synthetic" in (workdir / "resources/data/images/summary.json").read_text()
+
+
+def test_training_jobs_ran_one_at_a_time_and_say_so(workdir):
+    from datetime import datetime
+
+    spans = []
+    for meta_path in (workdir / "results/runs").rglob("run.json"):
+        timing = json.loads(meta_path.read_text())["timing"]
+        assert timing["isolation"] == "one-at-a-time" and timing["load1_start"] >= 0
+        spans.append((datetime.fromisoformat(timing["start"]), datetime.fromisoformat(timing["end"])))
+    spans.sort()
+    runs = pd.read_csv(workdir / "results/test/metrics/runs.csv")
+    assert len(spans) == len(runs) > 3
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert end <= start  # no two training jobs' [start, end] intervals overlap
+    assert runs["speedup_isolated"].all() and (runs["iqr_epoch_s"] >= 0).all()
 
 
 def test_second_run_has_nothing_to_do(workdir):
@@ -416,3 +433,13 @@ def test_status_names_a_failed_experiment_and_leftovers_are_listed_then_removed(
     assert "removed 1 run directories" in gone.stdout
     assert not list((wd / "results/runs").rglob("learning_rate~0.3"))
     assert list((wd / "results/runs").rglob("learning_rate~0.1"))  # the study's own run is kept
+
+
+def test_with_isolation_off_runs_are_recorded_shared_and_their_speedups_flagged(tmp_path):
+    wd = copy_repo(tmp_path)
+    write_config(wd, {**_iris(algorithm=["serial", "allreduce"], ranks=[1, 2]), "isolate_timing": False})
+    snakemake(wd)
+    for meta in (wd / "results/runs").rglob("run.json"):
+        assert json.loads(meta.read_text())["timing"]["isolation"] == "shared"
+    runs = pd.read_csv(wd / "results/test/metrics/runs.csv")
+    assert not runs["speedup_isolated"].any() and runs["speedup"].notna().all()

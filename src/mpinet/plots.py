@@ -49,24 +49,37 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
 
 
 def scaling(runs: pd.DataFrame, title: str, path) -> dict:
-    """Speedup and parallel efficiency against the 1-rank serial run, with the ideal lines."""
+    """Speedup and parallel efficiency against the 1-rank serial run, with the ideal lines; bars span
+    the seeds' min to max (each seed's own median epoch time); hollow markers: a run or its
+    baseline was not timed alone."""
     df = _label(runs[runs["algorithm"] != "serial"].dropna(subset=["speedup"]))
     fig, axes = _subplots(1, 2, figsize=(12, 4.5))
     ranks = sorted(runs["ranks"].unique())
-    style = "variant" if df["variant"].nunique() > 1 else None
+    if df.empty:
+        for ax in axes:
+            ax.text(0.5, 0.5, "no speedup to draw:\nthe study has no matching serial run", ha="center", va="center")
+    keys = ["design", "algorithm", "variant", "ranks"]
     for ax, y in zip(axes, ("speedup", "efficiency")):
-        if len(df):
-            sns.lineplot(
-                data=df,
-                x="ranks",
-                y=y,
-                hue="design",
-                style=style,
-                palette=_palette(df),
-                marker="o",
-                errorbar="sd",
-                ax=ax,
+        points = df.groupby(keys, sort=True).agg(
+            mid=(y, "median"), lo=(y, "min"), hi=(y, "max"), isolated=("speedup_isolated", "all")
+        )
+        for (design, algorithm, variant), line in points.reset_index().groupby(["design", "algorithm", "variant"]):
+            color = DESIGN_COLORS[algorithm]
+            label = design if not variant else f"{design} ({variant})"
+            ax.errorbar(
+                line["ranks"],
+                line["mid"],
+                yerr=[line["mid"] - line["lo"], line["hi"] - line["mid"]],
+                color=color,
+                marker="none",
+                capsize=3,
+                label=label,
             )
+            for alone, marker_face in ((True, color), (False, "white")):
+                part = line[line["isolated"] == alone]
+                ax.plot(part["ranks"], part["mid"], "o", color=color, markerfacecolor=marker_face, ls="none")
+    if len(df) and not df["speedup_isolated"].all():
+        axes[0].plot([], [], "o", color="grey", markerfacecolor="white", ls="none", label="not timed alone")
     axes[0].plot(ranks, ranks, ls="--", color="grey", label="ideal")
     axes[1].axhline(1.0, ls="--", color="grey", label="ideal")
     axes[0].set_ylabel("speedup over serial (median epoch time)")
@@ -74,7 +87,11 @@ def scaling(runs: pd.DataFrame, title: str, path) -> dict:
     for ax in axes:
         ax.set_xlabel("MPI processes (ranks)")
         ax.set_xticks(ranks)
-    return _finish(fig, axes, f"{title}: strong scaling, fixed batch per rank", path)
+        if len(df):
+            ax.legend(fontsize=8, loc="best")
+    return _finish(
+        fig, axes, f"{title}: speedup per epoch (batch per rank fixed: the global batch grows with ranks)", path
+    )
 
 
 def time_split(runs: pd.DataFrame, title: str, path) -> dict:

@@ -52,6 +52,9 @@ METRIC_COLUMNS = (
     "bytes_sent",
 )
 EVAL_BATCH = 1024
+# one-at-a-time: the workflow ran no other training job beside this one (local runs);
+# exclusive-node: SLURM gave the job whole nodes; shared: neither; unknown: started by hand
+ISOLATION = ("one-at-a-time", "exclusive-node", "shared", "unknown")
 SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "SLURM_MPI_TYPE", "SLURM_CLUSTER_NAME")
 
 
@@ -532,6 +535,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.add_argument(option_flag(f.name), **kw)
     p.add_argument("--blas-threads", type=int, default=1, help="BLAS threads per rank")
     p.add_argument(
+        "--isolation",
+        choices=ISOLATION,
+        default="unknown",
+        help="recorded in run.json: how the launcher kept other training jobs off this job's cores",
+    )
+    p.add_argument(
         "--expect-ranks",
         type=int,
         default=None,
@@ -582,10 +591,19 @@ def main(argv=None) -> int:
                 f"{len(arrays.test_y)} test samples, {arrays.train_x.shape[1]} features"
             )
             t0 = time.perf_counter()
+            started, load_start = _now(), os.getloadavg()[0]
             ck = Path(args.checkpoint) if args.checkpoint else None
             result = train(arrays, opts, comm, ck, log, args.checkpoint_seconds)
             meta = run_metadata(comm, opts, args.data, arrays, args.blas_threads)
             meta["train_seconds"] = time.perf_counter() - t0
+            # whether anything else could have run beside this job, and how busy the machine was
+            meta["timing"] = {
+                "isolation": args.isolation,
+                "start": started,
+                "end": _now(),
+                "load1_start": load_start,
+                "load1_end": os.getloadavg()[0],
+            }
             meta["resumed_from_epoch"] = result.resumed_from_epoch
             meta["peak_rss_mb"] = comm.max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # max over ranks
             if comm.rank == 0:
@@ -603,6 +621,12 @@ def main(argv=None) -> int:
         sys.stderr.flush()
         comm.abort(1)
         return 1
+
+
+def _now() -> str:
+    from datetime import datetime
+
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
 def _boolean(text: str) -> bool:

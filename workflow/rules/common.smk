@@ -25,6 +25,13 @@ try:
 except MpinetError as e:
     raise WorkflowError(f"config: {e}") from None
 
+# Training jobs whose times enter a speedup run one at a time: every training job claims one
+# train_slot and there is one, unless `--resources train_slots=N` gives more (isolate_timing:
+# false makes the jobs claim none). The SLURM profile isolates with whole nodes instead.
+if "train_slots" not in workflow.global_resources:
+    workflow.register_resource("train_slots", 1)
+ISOLATE = config["isolate_timing"]
+
 # The study's own tables, plots and report live under results/<study>/; the runs are shared, so
 # an experiment that two studies list is trained once.
 STUDY = study_name(config, workflow.config_settings.configfiles)
@@ -156,6 +163,15 @@ def get_mem_per_rank(wildcards, input):
     sizes = {Path(f).name: Path(f).stat().st_size / 2**20 for f in input.data if Path(f).exists()}
     shard = sizes.get("train_x.npy", 0) / max(1, int(wildcards.ranks))
     return int(shard + sizes.get("test_x.npy", 0) + 300)
+
+
+def get_train_slots(wildcards):
+    return 1 if ISOLATE else 0
+
+
+def get_isolation(wildcards):
+    """Recorded in run.json: how other training jobs were kept off this one's cores."""
+    return "one-at-a-time" if ISOLATE else "shared"
 
 
 def get_data_dir(wildcards, input):

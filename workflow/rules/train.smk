@@ -23,6 +23,8 @@ rule train_single:
         "../envs/mpinet.yaml"
     resources:
         mem_mb_per_cpu=get_mem_per_rank,
+        train_slots=get_train_slots,
+        isolation=get_isolation,
     params:
         data=get_data_dir,
         out=get_run_dir,
@@ -32,7 +34,8 @@ rule train_single:
         "Training {wildcards.dataset}: {wildcards.algorithm} on 1 rank, seed {wildcards.seed}"
     shell:
         "python -m mpinet.train --data {params.data:q} --out {params.out:q} "
-        "--checkpoint {params.checkpoint:q} {params.options} > {log:q} 2>&1 "
+        "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
+        "> {log:q} 2>&1 "
         "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
 
 
@@ -56,6 +59,8 @@ rule train_mpi:
         mpi="mpiexec",
         tasks=get_ranks,
         mem_mb_per_cpu=get_mem_per_rank,
+        train_slots=get_train_slots,
+        isolation=get_isolation,
     params:
         data=get_data_dir,
         out=get_run_dir,
@@ -66,5 +71,6 @@ rule train_mpi:
     shell:
         "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.train "
         "--data {params.data:q} --out {params.out:q} "
-        "--checkpoint {params.checkpoint:q} {params.options} > {log:q} 2>&1 "
+        "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
+        "> {log:q} 2>&1 "
         "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
