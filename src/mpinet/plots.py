@@ -36,7 +36,14 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
             (row[1], "test_accuracy", "test accuracy"),
         ):
             sns.lineplot(
-                data=part, x="epoch", y=y, hue="design", style="ranks", palette=_palette(df), errorbar="sd", ax=ax
+                data=part,
+                x="epoch",
+                y=y,
+                hue="design",
+                style="ranks",
+                palette=_palette(df),
+                errorbar=("pi", 100),  # the seeds' min to max: never a band beyond what any seed reached
+                ax=ax,
             )
             ax.set_xlabel("epoch")
             ax.set_ylabel(label)
@@ -45,7 +52,7 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
         row[1].set_ylim(0, 1.02)
         row[0].get_legend().remove()  # one legend per row
     axes = list(grid.flat)
-    return _finish(fig, axes, f"{title}: training curves (mean ± sd over seeds)", path)
+    return _finish(fig, axes, f"{title}: training curves (mean over seeds, band: min to max)", path)
 
 
 def scaling(runs: pd.DataFrame, title: str, path) -> dict:
@@ -53,13 +60,29 @@ def scaling(runs: pd.DataFrame, title: str, path) -> dict:
     the seeds' min to max (each seed's own median epoch time); hollow markers: a run or its
     baseline was not timed alone."""
     df = _label(runs[runs["algorithm"] != "serial"].dropna(subset=["speedup"]))
-    fig, axes = _subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = _subplots(1, 3, figsize=(17, 4.5))
     ranks = sorted(runs["ranks"].unique())
+    # what the speed cost: final test accuracy of every design, serial included, at each rank count
+    acc = _label(runs).groupby(["design", "algorithm", "variant", "ranks"])["final_test_accuracy"]
+    for (design, algorithm, variant), line in (
+        acc.agg(["median", "min", "max"]).reset_index().groupby(["design", "algorithm", "variant"])
+    ):
+        axes[2].errorbar(
+            line["ranks"],
+            line["median"],
+            yerr=[line["median"] - line["min"], line["max"] - line["median"]],
+            color=DESIGN_COLORS[algorithm],
+            marker="o",
+            capsize=3,
+            label=design if not variant else f"{design} ({variant})",
+        )
+    axes[2].set_ylim(0, 1.02)
+    axes[2].set_ylabel("final test accuracy (median, min to max over seeds)")
     if df.empty:
-        for ax in axes:
+        for ax in axes[:2]:
             ax.text(0.5, 0.5, "no speedup to draw:\nthe study has no matching serial run", ha="center", va="center")
     keys = ["design", "algorithm", "variant", "ranks"]
-    for ax, y in zip(axes, ("speedup", "efficiency")):
+    for ax, y in zip(axes[:2], ("speedup", "efficiency")):
         points = df.groupby(keys, sort=True).agg(
             mid=(y, "median"), lo=(y, "min"), hi=(y, "max"), isolated=("speedup_isolated", "all")
         )
@@ -194,12 +217,14 @@ def plot_dataset(
     epochs = pd.read_csv(epochs_csv)
     runs = pd.read_csv(runs_csv)
     e, r = epochs[epochs["dataset"] == dataset], runs[runs["dataset"] == dataset]
+    # every figure of generated data says so, so no one mistakes it for the real photographs
+    name = f"{dataset} (synthetic data)" if json.loads(Path(summary_json).read_text()).get("synthetic") else dataset
     texts = {
-        "curves": training_curves(e, dataset, out["curves"]),
-        "scaling": scaling(r, dataset, out["scaling"]),
-        "time_split": time_split(r, dataset, out["time_split"]),
-        "time_to_accuracy": time_to_accuracy(e, dataset, out["time_to_accuracy"], target),
-        "class_counts": class_counts(summary_json, dataset, out["class_counts"]),
+        "curves": training_curves(e, name, out["curves"]),
+        "scaling": scaling(r, name, out["scaling"]),
+        "time_split": time_split(r, name, out["time_split"]),
+        "time_to_accuracy": time_to_accuracy(e, name, out["time_to_accuracy"], target),
+        "class_counts": class_counts(summary_json, name, out["class_counts"]),
     }
     best = best_run(runs, dataset)
     matrix = next((Path(c) for c in confusions if Path(c).parent == Path(best["run_dir"])), None)
@@ -207,7 +232,7 @@ def plot_dataset(
         raise MpinetError(f"{best['run_dir']}: the best run's confusion.csv is not among the inputs")
     texts["confusion"] = confusion(
         matrix,
-        f"{dataset}: confusion matrix of the best run ({DESIGN_NAMES[best['algorithm']]}, {_ranks(best['ranks'])}, "
+        f"{name}: confusion matrix of the best run ({DESIGN_NAMES[best['algorithm']]}, {_ranks(best['ranks'])}, "
         f"seed {best['seed']}, test accuracy {best['final_test_accuracy']:.3f})",
         out["confusion"],
     )
