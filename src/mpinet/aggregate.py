@@ -11,7 +11,18 @@ from mpinet.experiments import COLUMNS
 
 PARAMS = ["dataset", *COLUMNS]
 # A run's serial baseline: same data, per-rank batch, model and seed (lr and epochs leave epoch time alone).
-BASELINE_KEYS = ["dataset", "batch_size", "hidden", "loss", "standardize", "dtype", "shuffle", "faithful", "seed"]
+BASELINE_KEYS = [
+    "dataset",
+    "blas_threads",
+    "batch_size",
+    "hidden",
+    "loss",
+    "standardize",
+    "dtype",
+    "shuffle",
+    "faithful",
+    "seed",
+]
 
 
 def load_epochs(runs: list[dict]) -> pd.DataFrame:

@@ -72,6 +72,7 @@ class Options:
     """
 
     algorithm: str = _option("serial", "training design", ALGORITHMS)
+    blas_threads: int = _option(1, "BLAS threads per rank (ranks x threads is the cores a run uses)")
     batch_size: int = _option(4, "samples per step per training rank")
     learning_rate: float = _option(0.3, "SGD step size, for gradients averaged over the global batch")
     epochs: int = _option(100, "passes over the training set")
@@ -116,6 +117,8 @@ def check_options(opts: Options, ranks: int, n_train: int) -> None:
         raise Impossible("algorithm paramserver needs at least 2 ranks (rank 0 is the server), got 1")
     if opts.batch_size < 1:
         raise MpinetError(f"batch_size must be a positive integer, got {opts.batch_size}")
+    if opts.blas_threads < 1:
+        raise MpinetError(f"blas_threads must be at least 1, got {opts.blas_threads}")
     if not (opts.learning_rate > 0 and math.isfinite(opts.learning_rate)):
         raise MpinetError(f"learning_rate must be positive, got {opts.learning_rate}")
     if opts.epochs < 1:
@@ -533,7 +536,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         elif f.name == "hidden":
             kw.update(type=int, nargs="+", default=list(f.default))
         p.add_argument(option_flag(f.name), **kw)
-    p.add_argument("--blas-threads", type=int, default=1, help="BLAS threads per rank")
     p.add_argument(
         "--isolation",
         choices=ISOLATION,
@@ -580,11 +582,9 @@ def main(argv=None) -> int:
                 f"the job with `mpiexec -n {expected}` or `srun --mpi=pmi2 -n {expected}` (a launcher "
                 "without MPI support starts independent 1-rank copies)"
             )
-        if args.blas_threads < 1:
-            raise MpinetError(f"--blas-threads must be at least 1, got {args.blas_threads}")
         from threadpoolctl import threadpool_limits
 
-        with threadpool_limits(limits=args.blas_threads, user_api="blas"):
+        with threadpool_limits(limits=max(1, opts.blas_threads), user_api="blas"):
             arrays = dataset.load(args.data, check_values=comm.rank == 0)
             log(
                 f"{opts.algorithm} on {comm.size} rank(s): {len(arrays.train_y)} training samples, "
@@ -594,7 +594,7 @@ def main(argv=None) -> int:
             started, load_start = _now(), os.getloadavg()[0]
             ck = Path(args.checkpoint) if args.checkpoint else None
             result = train(arrays, opts, comm, ck, log, args.checkpoint_seconds)
-            meta = run_metadata(comm, opts, args.data, arrays, args.blas_threads)
+            meta = run_metadata(comm, opts, args.data, arrays, opts.blas_threads)
             meta["train_seconds"] = time.perf_counter() - t0
             # whether anything else could have run beside this job, and how busy the machine was
             meta["timing"] = {

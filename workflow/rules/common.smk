@@ -60,6 +60,7 @@ wildcard_constraints:
     dataset="|".join(config["datasets"]),
     algorithm="serial|allreduce|paramserver",
     ranks=r"\d+",
+    blas_threads=r"\d+",
     batch_size=r"\d+",
     epochs=r"\d+",
     sync_every=r"\d+",
@@ -148,8 +149,18 @@ def get_dataset_options(wildcards):
 
 
 def get_ranks(wildcards):
-    """MPI ranks of a training job: its `tasks`, and locally its `threads` so MPI jobs don't share cores."""
+    """MPI ranks of a training job: its `tasks` (--ntasks on SLURM)."""
     return int(wildcards.ranks)
+
+
+def get_blas_threads(wildcards):
+    """BLAS threads per rank: --cpus-per-task on SLURM."""
+    return int(wildcards.blas_threads)
+
+
+def get_cores(wildcards):
+    """Cores a training job takes locally: ranks x BLAS threads, so jobs never share cores."""
+    return int(wildcards.ranks) * int(wildcards.blas_threads)
 
 
 def get_run_options(wildcards):
@@ -157,12 +168,13 @@ def get_run_options(wildcards):
     return train_arguments(RUN_ROWS[RUN.format(**dict(wildcards.items()))])
 
 
-def get_mem_per_rank(wildcards, input):
-    """MB per rank: its shard of the training array, the whole test array (every rank evaluates its
-    share through the same memory map) and 300 MB of Python, numpy and MPI."""
+def get_mem_per_cpu(wildcards, input):
+    """MB per CPU: a rank needs its shard of the training array, the whole test array (every rank
+    evaluates its share through the same memory map) and 300 MB of Python, numpy and MPI, spread
+    over the rank's blas_threads CPUs."""
     sizes = {Path(f).name: Path(f).stat().st_size / 2**20 for f in input.data if Path(f).exists()}
     shard = sizes.get("train_x.npy", 0) / max(1, int(wildcards.ranks))
-    return int(shard + sizes.get("test_x.npy", 0) + 300)
+    return int((shard + sizes.get("test_x.npy", 0) + 300) / int(wildcards.blas_threads)) + 1
 
 
 def get_train_slots(wildcards):

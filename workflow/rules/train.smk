@@ -21,8 +21,10 @@ rule train_single:
         algorithm="serial|allreduce",
     conda:
         "../envs/mpinet.yaml"
+    threads: get_cores
     resources:
-        mem_mb_per_cpu=get_mem_per_rank,
+        mem_mb_per_cpu=get_mem_per_cpu,
+        cpus_per_task=get_blas_threads,
         train_slots=get_train_slots,
         isolation=get_isolation,
     params:
@@ -54,11 +56,12 @@ rule train_mpi:
         algorithm="allreduce|paramserver",
     conda:
         "../envs/mpinet.yaml"
-    threads: get_ranks
+    threads: get_cores
     resources:
         mpi="mpiexec",
         tasks=get_ranks,
-        mem_mb_per_cpu=get_mem_per_rank,
+        mem_mb_per_cpu=get_mem_per_cpu,
+        cpus_per_task=get_blas_threads,
         train_slots=get_train_slots,
         isolation=get_isolation,
     params:
