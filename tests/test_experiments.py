@@ -61,6 +61,25 @@ def test_the_grid_and_the_cli_derive_from_the_options_dataclass():
     from mpinet.train import Options, parse_args
 
     names = [f.name for f in fields(Options)]
-    assert set(COLUMNS) == {*names, "ranks"} and set(DEFAULTS) == set(COLUMNS)
+    assert set(COLUMNS) == {*names, "ranks", "repeat"} and set(DEFAULTS) == set(COLUMNS)
     args = vars(parse_args(["--data", "d", "--out", "o"]))
     assert all(args[n] == (list(f.default) if n == "hidden" else f.default) for n, f in zip(names, fields(Options)))
+
+
+def test_repeats_are_separate_launches_in_rounds_with_designs_side_by_side():
+    from mpinet.experiments import launch_order
+
+    df = expand_sweeps(
+        [{"dataset": "iris", "algorithm": ["serial", "allreduce"], "ranks": [1, 2], "seed": [1, 2], "repeats": 2}],
+        DATASETS,
+    )
+    assert len(df) == 3 * 2 * 2 and sorted(df["repeat"].unique()) == [1, 2]
+    assert "repeat" not in train_arguments(df.iloc[0].to_dict())  # the trainer never sees it
+    launched = df.iloc[sorted(range(len(df)), key=launch_order(df).__getitem__)]
+    assert launched["repeat"].tolist() == [1] * 6 + [2] * 6  # whole rounds
+    first = launched.head(3)
+    assert set(first["seed"]) == {1} and set(zip(first["algorithm"], first["ranks"])) == {
+        ("allreduce", 1),
+        ("allreduce", 2),
+        ("serial", 1),
+    }  # one configuration's designs side by side

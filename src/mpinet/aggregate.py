@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from mpinet import MpinetError
-from mpinet.experiments import COLUMNS
+from mpinet.experiments import COLUMNS, LAUNCH
 
 PARAMS = ["dataset", *COLUMNS]
 # A run's serial baseline: same data, per-rank batch, model and seed (lr and epochs leave epoch time alone).
@@ -111,6 +111,12 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
     base = pd.DataFrame({"serial_epoch_s": g["median_epoch_s"].mean(), "serial_isolated": g["isolated"].all()})
     runs = runs.merge(base, left_on=BASELINE_KEYS, right_index=True, how="left")
     runs["speedup"] = runs["serial_epoch_s"] / runs["median_epoch_s"]
+    # spread between separate launches of the same experiment (repeats): (max - min) / median
+    same = [c for c in PARAMS if c != "repeat"]
+    t = runs.groupby(same, sort=False)["median_epoch_s"]
+    runs["launch_spread"] = ((t.transform("max") - t.transform("min")) / t.transform("median")).where(
+        t.transform("size") > 1
+    )
     # a speedup is only as good as both timings: flag it unless run and baseline ran alone
     runs["speedup_isolated"] = runs["isolated"] & runs["serial_isolated"].fillna(False).astype(bool)
     runs["efficiency"] = runs["speedup"] / runs["ranks"]  # per process started, the server included
@@ -120,7 +126,7 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
 
 def summarize_seeds(runs: pd.DataFrame) -> pd.DataFrame:
     """Mean and standard deviation over the seeds of each configuration."""
-    keys = [c for c in PARAMS if c != "seed"]
+    keys = [c for c in PARAMS if c not in LAUNCH]
     measures = [
         "final_test_accuracy",
         "best_test_accuracy",
@@ -130,12 +136,15 @@ def summarize_seeds(runs: pd.DataFrame) -> pd.DataFrame:
         "speedup",
         "efficiency",
         "time_to_target_s",
+        "launch_spread",
     ]
     g = runs.groupby(keys, sort=False)[measures]
     out = g.agg(["mean", "std"])
     out.columns = [f"{m}_{s}" for m, s in out.columns]
-    out.insert(0, "seeds", g.size())
-    out.insert(1, "seeds_reached_target", runs.groupby(keys, sort=False)["time_to_target_s"].count())
+    by = runs.groupby(keys, sort=False)
+    out.insert(0, "seeds", by["seed"].nunique())
+    out.insert(1, "launches", g.size())  # seeds x repeats
+    out.insert(2, "seeds_reached_target", by["time_to_target_s"].count())
     return out.reset_index()
 
 

@@ -8,13 +8,18 @@ import pandas as pd
 from mpinet import MpinetError
 from mpinet.train import Impossible, Options, check_options, option_flag
 
-# Grid columns in path order: the training options in their definition order, ranks after algorithm.
+# Grid columns in path order: the training options in their definition order, ranks after algorithm,
+# and last the launch: `repeats: N` in a sweep trains each experiment N times as separate launches
+# (identical numbers, independent timings), repeat 1..N.
 OPTIONS = tuple(f.name for f in fields(Options))
-COLUMNS = (OPTIONS[0], "ranks", *OPTIONS[1:])
+COLUMNS = (OPTIONS[0], "ranks", *OPTIONS[1:], "repeat")
 DEFAULTS = {
     "ranks": 1,
     **{f.name: list(f.default) if isinstance(f.default, tuple) else f.default for f in fields(Options)},
+    "repeat": 1,
 }
+# Columns that describe a launch of an experiment rather than the experiment itself.
+LAUNCH = ("seed", "repeat")
 
 
 def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
@@ -25,7 +30,7 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
     rows = []
     for i, sweep in enumerate(sweeps):
         where = f"experiments[{i}]"
-        unknown = set(sweep) - set(COLUMNS) - {"dataset"}
+        unknown = set(sweep) - set(COLUMNS) - {"dataset", "repeats"} | ({"repeat"} & set(sweep))
         if unknown:
             raise MpinetError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected {', '.join(COLUMNS)}")
         names = sweep.get("dataset")
@@ -33,6 +38,7 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
             if name not in datasets:
                 raise MpinetError(f"{where}.dataset: '{name}' is not defined under datasets ({', '.join(datasets)})")
         values = {k: _as_list(k, sweep.get(k, DEFAULTS.get(k))) for k in ("dataset", *COLUMNS)}
+        values["repeat"] = list(range(1, int(sweep.get("repeats", 1)) + 1))
         before = len(rows)
         for combo in itertools.product(*values.values()):
             row = dict(zip(values, combo))
@@ -55,6 +61,8 @@ def train_arguments(row: dict) -> str:
     args = []
     for key in COLUMNS:
         value = row[key]
+        if key == "repeat":
+            continue  # a launch of the same experiment: the trainer never sees it
         if key == "ranks":
             args.append(f"--expect-ranks {value}")
             continue
@@ -64,6 +72,16 @@ def train_arguments(row: dict) -> str:
             value = str(bool(value)).lower()
         args.append(f"{option_flag(key)} {value}")
     return " ".join(args)
+
+
+def launch_order(experiments: pd.DataFrame) -> list[int]:
+    """Each experiment's position in the order timed runs should be launched in: whole rounds of
+    repeats, and within a round the designs and rank counts of one configuration side by side, so
+    a slow drift of the machine falls on every design alike instead of on the last one."""
+    keys = ["repeat", "seed", "dataset", *[c for c in COLUMNS if c not in ("repeat", "seed", "algorithm", "ranks")]]
+    order = experiments.sort_values([*keys, "algorithm", "ranks"], kind="stable").index
+    position = pd.Series(range(len(order)), index=order)
+    return position.reindex(experiments.index).tolist()
 
 
 def _as_list(key, value) -> list:

@@ -9,7 +9,7 @@ import seaborn as sns
 from matplotlib.figure import Figure  # the object API draws without pyplot, so no display backend is chosen
 
 from mpinet import MpinetError
-from mpinet.experiments import COLUMNS
+from mpinet.experiments import COLUMNS, LAUNCH
 
 DESIGN_COLORS = {"serial": "#4d4d4d", "allreduce": "#1f77b4", "paramserver": "#d62728"}
 DESIGN_NAMES = {"serial": "serial", "allreduce": "Allreduce", "paramserver": "parameter server (Send/Recv)"}
@@ -17,7 +17,7 @@ SHORT_NAMES = {"serial": "serial", "allreduce": "Allreduce", "paramserver": "Sen
 DESIGN_ORDER = {a: i for i, a in enumerate(DESIGN_COLORS)}
 DPI = 110
 # Parameters besides design, ranks and seed; when a sweep varies some, each value set is its own curve.
-VARIANT_COLUMNS = [c for c in COLUMNS if c not in ("algorithm", "ranks", "seed")]
+VARIANT_COLUMNS = [c for c in COLUMNS if c not in ("algorithm", "ranks", *LAUNCH)]
 MAX_VARIANT_ROWS = 6
 
 

@@ -77,14 +77,14 @@ def failures(experiments: list[Experiment]) -> str:
 def summary_table(runs_csv: str | Path) -> str:
     """Per dataset, design and ranks: final accuracy, median epoch time, speedup, time to target, and
     how many seeds reached the target."""
-    from mpinet.experiments import COLUMNS
+    from mpinet.experiments import COLUMNS, LAUNCH
 
     runs = pd.read_csv(runs_csv)
-    varying = [c for c in COLUMNS if c not in ("algorithm", "ranks", "seed") and runs[c].nunique() > 1]
+    varying = [c for c in COLUMNS if c not in ("algorithm", "ranks", *LAUNCH) and runs[c].nunique() > 1]
     g = runs.groupby(["dataset", *varying, "algorithm", "ranks"], sort=True)
     table = pd.DataFrame(
         {
-            "seeds": g.size(),
+            "launches": g.size(),
             "final_acc": g["final_test_accuracy"].mean().round(3),
             "epoch_s": g["median_epoch_s"].median().map(lambda v: f"{v:.4g}"),
             "speedup": g["speedup"].median().round(2),

@@ -7,7 +7,7 @@ from snakemake.utils import Paramspace, validate
 from mpinet import MpinetError, dataset
 from mpinet.cluster import TrainingJob, check_fits, partitions
 from mpinet.fetch import local_files, source_error
-from mpinet.experiments import COLUMNS, config_error, expand_sweeps, train_arguments
+from mpinet.experiments import COLUMNS, config_error, expand_sweeps, launch_order, train_arguments
 from mpinet.train import TRAINING_MODULES
 from mpinet.status import Experiment, failures, study_name, summary_table
 
@@ -65,6 +65,7 @@ wildcard_constraints:
     epochs=r"\d+",
     sync_every=r"\d+",
     seed=r"-?\d+",
+    repeat=r"\d+",
 
 
 def code(*modules):
@@ -81,6 +82,10 @@ def grid_paths(experiments):
 # each experiment's row by its <dataset>/<grid path>: a dict look-up per job (Paramspace.instance
 # costs 5 ms a call, most of a 1,000-experiment dry run)
 RUN_ROWS = dict(zip(grid_paths(EXPERIMENTS), EXPERIMENTS.to_dict("records")))
+# the order timed runs are launched in (designs side by side, whole rounds of repeats), as priorities
+LAUNCH_PRIORITY = dict(
+    zip(grid_paths(EXPERIMENTS), (len(EXPERIMENTS) - i for i in launch_order(EXPERIMENTS)))
+)
 
 
 def run_dirs():
@@ -175,6 +180,16 @@ def get_mem_per_cpu(wildcards, input):
     sizes = {Path(f).name: Path(f).stat().st_size / 2**20 for f in input.data if Path(f).exists()}
     shard = sizes.get("train_x.npy", 0) / max(1, int(wildcards.ranks))
     return int((shard + sizes.get("test_x.npy", 0) + 300) / int(wildcards.blas_threads)) + 1
+
+
+def get_launch_priority(wildcards):
+    return LAUNCH_PRIORITY[RUN.format(**dict(wildcards.items()))]
+
+
+def get_mpi_launcher(wildcards):
+    """mpiexec, binding each rank to a core when jobs run alone (steadier epoch times); a SLURM
+    profile replaces it with srun."""
+    return "mpiexec -bind-to core" if ISOLATE else "mpiexec"
 
 
 def get_train_slots(wildcards):

@@ -19,6 +19,7 @@ rule train_single:
     wildcard_constraints:
         ranks="1",
         algorithm="serial|allreduce",
+    priority: get_launch_priority
     conda:
         "../envs/mpinet.yaml"
     threads: get_cores
@@ -33,7 +34,7 @@ rule train_single:
         options=get_run_options,
         checkpoint=get_checkpoint,
     message:
-        "Training {wildcards.dataset}: {wildcards.algorithm} on 1 rank, seed {wildcards.seed}"
+        "Training {wildcards.dataset}: {wildcards.algorithm} on 1 rank, seed {wildcards.seed}, launch {wildcards.repeat}"
     shell:
         "python -m mpinet.train --data {params.data:q} --out {params.out:q} "
         "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
@@ -54,11 +55,12 @@ rule train_mpi:
     wildcard_constraints:
         ranks=r"[2-9]|[1-9]\d+",
         algorithm="allreduce|paramserver",
+    priority: get_launch_priority
     conda:
         "../envs/mpinet.yaml"
     threads: get_cores
     resources:
-        mpi="mpiexec",
+        mpi=get_mpi_launcher,
         tasks=get_ranks,
         mem_mb_per_cpu=get_mem_per_cpu,
         cpus_per_task=get_blas_threads,
@@ -70,7 +72,7 @@ rule train_mpi:
         options=get_run_options,
         checkpoint=get_checkpoint,
     message:
-        "Training {wildcards.dataset}: {wildcards.algorithm} on {wildcards.ranks} ranks, seed {wildcards.seed}"
+        "Training {wildcards.dataset}: {wildcards.algorithm} on {wildcards.ranks} ranks, seed {wildcards.seed}, launch {wildcards.repeat}"
     shell:
         "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.train "
         "--data {params.data:q} --out {params.out:q} "
