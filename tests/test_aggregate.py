@@ -7,7 +7,7 @@ from mpinet.aggregate import summarize_runs, summarize_seeds
 from mpinet.experiments import DEFAULTS
 
 # every experiment parameter at its default; each run sets algorithm, ranks and seed
-BASE = dict(DEFAULTS, dataset="iris", epochs=3, hidden="30-20", train_samples=100, isolation="one-at-a-time")
+BASE = dict(DEFAULTS, dataset="iris", epochs=3, hidden="30-20", train_samples=100, isolation="one-at-a-time", cores=2)
 
 
 def _run(algorithm, ranks, seed, times, compute, comm, acc, isolation="one-at-a-time"):
@@ -74,6 +74,7 @@ def test_speedup_efficiency_comm_share_and_time_to_accuracy_are_exact(epochs):
         "serial-1-2": True,
         "allreduce-2-2": False,
     }
+    assert runs["oversubscribed"].to_dict() == {k: k == "paramserver-3-1" for k in runs.index}  # 3 ranks, 2 cores
 
 
 def test_seeds_are_summarized_with_mean_and_spread(epochs):

@@ -38,9 +38,10 @@ def load_epochs(runs: list[dict]) -> pd.DataFrame:
             m[key] = run[key]
         m["train_samples"] = meta["data"]["train_samples"]
         m["isolation"] = meta.get("timing", {}).get("isolation", "unknown")
+        m["cores"] = meta.get("cores", 0)
         m["run_dir"] = str(d)
         frames.append(m)
-    front = [*PARAMS, "run_dir", "train_samples", "isolation"]
+    front = [*PARAMS, "run_dir", "train_samples", "isolation", "cores"]
     df = pd.concat(frames, ignore_index=True)
     return df[front + [c for c in df.columns if c not in front]]
 
@@ -96,6 +97,8 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
                 "median_compute_s": timed["compute_s"].median(),
                 "median_comm_s": timed["comm_s"].median(),
                 "isolated": first.get("isolation", "unknown") in ISOLATED,
+                # more ranks x threads than the hosts had cores: no speedup can be expected
+                "oversubscribed": 0 < first.get("cores", 0) < first["ranks"] * first.get("blas_threads", 1),
                 "total_train_s": total,
                 "comm_share": g["comm_s"].sum() / busy if busy > 0 else 0.0,
                 "bytes_sent": int(g["bytes_sent"].sum()),

@@ -84,7 +84,11 @@ def scaling(runs: pd.DataFrame, title: str, path) -> dict:
     keys = ["design", "algorithm", "variant", "ranks"]
     for ax, y in zip(axes[:2], ("speedup", "efficiency")):
         points = df.groupby(keys, sort=True).agg(
-            mid=(y, "median"), lo=(y, "min"), hi=(y, "max"), isolated=("speedup_isolated", "all")
+            mid=(y, "median"),
+            lo=(y, "min"),
+            hi=(y, "max"),
+            isolated=("speedup_isolated", "all"),
+            over=("oversubscribed", "any"),
         )
         for (design, algorithm, variant), line in points.reset_index().groupby(["design", "algorithm", "variant"]):
             color = DESIGN_COLORS[algorithm]
@@ -101,8 +105,12 @@ def scaling(runs: pd.DataFrame, title: str, path) -> dict:
             for alone, marker_face in ((True, color), (False, "white")):
                 part = line[line["isolated"] == alone]
                 ax.plot(part["ranks"], part["mid"], "o", color=color, markerfacecolor=marker_face, ls="none")
+            over = line[line["over"]]
+            ax.plot(over["ranks"], over["mid"], "x", color="black", markersize=9, ls="none")
     if len(df) and not df["speedup_isolated"].all():
         axes[0].plot([], [], "o", color="grey", markerfacecolor="white", ls="none", label="not timed alone")
+    if len(df) and df["oversubscribed"].any():
+        axes[0].plot([], [], "x", color="black", ls="none", label="more ranks than cores")
     axes[0].plot(ranks, ranks, ls="--", color="grey", label="ideal")
     axes[1].axhline(1.0, ls="--", color="grey", label="ideal")
     axes[0].set_ylabel("speedup over serial (median epoch time)")

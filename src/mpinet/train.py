@@ -481,11 +481,13 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
     """Provenance for run.json; called on every rank (host names are gathered)."""
     from threadpoolctl import threadpool_info
 
-    hosts = comm.gather_strings(socket.gethostname())
+    hosts = comm.gather_strings(f"{socket.gethostname()} {os.cpu_count() or 1}")
+    cores = dict(h.rsplit(" ", 1) for h in hosts)  # host -> its CPUs
     meta = {
         "ranks": comm.size,
         "data_ranks": data_ranks(opts.algorithm, comm.size),
-        "hosts": sorted(set(hosts)),
+        "hosts": sorted(cores),
+        "cores": sum(int(n) for n in cores.values()),  # on all the hosts the ranks ran on
         "data": {
             "path": str(data_dir),
             "train_samples": len(arrays.train_y),
