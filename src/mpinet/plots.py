@@ -72,6 +72,7 @@ def scaling(runs: pd.DataFrame, title: str, path) -> dict:
             line["median"],
             yerr=[line["median"] - line["min"], line["max"] - line["median"]],
             color=DESIGN_COLORS[algorithm],
+            ls=("-", "--", ":", "-.")[all_variants.index(variant) % 4],
             marker="o",
             capsize=3,
             label=design if not variant else f"{design} ({variant})",
@@ -92,12 +93,14 @@ def scaling(runs: pd.DataFrame, title: str, path) -> dict:
         )
         for (design, algorithm, variant), line in points.reset_index().groupby(["design", "algorithm", "variant"]):
             color = DESIGN_COLORS[algorithm]
+            dashes = ("-", "--", ":", "-.")[all_variants.index(variant) % 4]  # variants of one design apart
             label = design if not variant else f"{design} ({variant})"
             ax.errorbar(
                 line["ranks"],
                 line["mid"],
                 yerr=[line["mid"] - line["lo"], line["hi"] - line["mid"]],
                 color=color,
+                ls=dashes,
                 marker="none",
                 capsize=3,
                 label=label,
@@ -131,8 +134,10 @@ def time_split(runs: pd.DataFrame, title: str, path) -> dict:
     df = g.mean().reset_index()
     order = ["variant", "algorithm", "ranks"]
     df = df.sort_values(order, key=lambda c: c.map(DESIGN_ORDER) if c.name == "algorithm" else c)
+    # one parameter per line, so a bar's label never runs into its neighbour's
     labels = [
-        f"{SHORT_NAMES[a]}\n{_ranks(r)}\n{v}".strip() for v, a, r in zip(df["variant"], df["algorithm"], df["ranks"])
+        "\n".join([SHORT_NAMES[a], _ranks(r), *filter(None, v.split(", "))])
+        for v, a, r in zip(df["variant"], df["algorithm"], df["ranks"])
     ]
     fig, ax = _subplots(figsize=(max(6, 1.3 * len(df)), 4.5))
     x = np.arange(len(df))
@@ -147,7 +152,7 @@ def time_split(runs: pd.DataFrame, title: str, path) -> dict:
         hatch="//",
         label="communication",
     )
-    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_xticks(x, labels, fontsize=7)
     ax.set_ylabel("time per epoch and rank (ms)")
     ax.legend(handles=ax.patches[:1] + ax.patches[len(df) : len(df) + 1], labels=["compute", "communication (hatched)"])
     return _finish(fig, [ax], f"{title}: where an epoch's time goes", path)
