@@ -62,6 +62,7 @@ def scaling(runs: pd.DataFrame, title: str, path) -> dict:
     df = _label(runs[runs["algorithm"] != "serial"].dropna(subset=["speedup"]))
     fig, axes = _subplots(1, 3, figsize=(17, 4.5))
     ranks = sorted(runs["ranks"].unique())
+    all_variants = sorted(_label(runs)["variant"].unique())
     # what the speed cost: final test accuracy of every design, serial included, at each rank count
     acc = _label(runs).groupby(["design", "algorithm", "variant", "ranks"])["final_test_accuracy"]
     for (design, algorithm, variant), line in (
