@@ -13,26 +13,27 @@ TABLE_SUFFIXES = (".csv", ".data", ".txt", ".tsv")
 def prepare_dataset(
     raw_dir: str | Path, out_dir: str | Path, fmt: str, options: dict, source: str = "", workers: int | None = None
 ) -> dict:
-    """Write the dataset directory out_dir from raw_dir; options are the dataset's config keys."""
+    """Write the dataset directory out_dir from raw_dir; options are the dataset's config keys, with
+    the defaults the workflow's schema fills in."""
     if fmt == "csv":
         return prepare_table(
             find_table(raw_dir),
             out_dir,
-            label_column=options.get("label_column"),
-            test_fraction=options.get("test_fraction", 0.3),
-            seed=options.get("split_seed", 0),
+            label_column=options.get("label_column"),  # optional: the last column
+            test_fraction=options["test_fraction"],
+            seed=options["split_seed"],
             source=source,
         )
     if fmt == "images":
         return prepare_images(
             raw_dir,
             out_dir,
-            image_size=options.get("image_size", 150),
-            standardize=options.get("standardize_inputs", False),
-            test_fraction=options.get("test_fraction", 0.3),
-            seed=options.get("split_seed", 0),
-            skip_bad_images=options.get("skip_bad_images", False),
-            include_pred=options.get("include_pred", False),
+            image_size=options["image_size"],
+            standardize=options["standardize_inputs"],
+            test_fraction=options["test_fraction"],
+            seed=options["split_seed"],
+            skip_bad_images=options["skip_bad_images"],
+            include_pred=options["include_pred"],
             workers=workers,
             source=source,
         )

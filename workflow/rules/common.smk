@@ -38,6 +38,11 @@ STUDY = study_name(config, workflow.config_settings.configfiles)
 workflow_start = time.time()
 STUDY_DIR = f"results/{STUDY}"
 
+# Where an experiment's files live: <root>/<dataset>/<grid path>.
+RUNS_ROOT = "results/runs"
+TRAIN_LOGS = "logs/train"
+CHECKPOINTS = "results/checkpoints"
+
 # One directory level per grid column under results/runs/<dataset>/ (dataset is its own level).
 PARAMSPACE = Paramspace(EXPERIMENTS[list(COLUMNS)])
 RUN = f"{{dataset}}/{PARAMSPACE.wildcard_pattern}"
@@ -90,7 +95,7 @@ LAUNCH_PRIORITY = dict(
 
 def run_dirs():
     """results/runs/<dataset>/<grid path> of every experiment, in table order."""
-    return [f"results/runs/{g}" for g in grid_paths(EXPERIMENTS)]
+    return [f"{RUNS_ROOT}/{g}" for g in grid_paths(EXPERIMENTS)]
 
 
 def study_experiments():
@@ -98,9 +103,9 @@ def study_experiments():
     return [
         Experiment(
             g,
-            Path(f"results/runs/{g}"),
-            Path(f"logs/train/{g}.log"),
-            Path(f"results/checkpoints/{g}/checkpoint.npz"),
+            Path(f"{RUNS_ROOT}/{g}"),
+            Path(f"{TRAIN_LOGS}/{g}.log"),
+            Path(f"{CHECKPOINTS}/{g}/checkpoint.npz"),
         )
         for g in grid_paths(EXPERIMENTS)
     ]
@@ -117,7 +122,7 @@ def all_studies_run_dirs():
             table = expand_sweeps(other.get("experiments") or [], other.get("datasets") or {})
         except (MpinetError, TypeError, AttributeError):
             continue  # not a study config (or a broken one: it then keeps nothing)
-        dirs |= {f"results/runs/{g}" for g in grid_paths(table)}
+        dirs |= {f"{RUNS_ROOT}/{g}" for g in grid_paths(table)}
     return sorted(dirs)
 
 
@@ -212,7 +217,7 @@ def get_run_dir(wildcards, output):
 
 def get_checkpoint(wildcards):
     """Kept outside the job's outputs, so Snakemake does not delete it when the job fails."""
-    return f"results/checkpoints/{RUN.format(**dict(wildcards.items()))}/checkpoint.npz"
+    return f"{CHECKPOINTS}/{RUN.format(**dict(wildcards.items()))}/checkpoint.npz"
 
 
 def get_run_count(wildcards):
@@ -244,7 +249,7 @@ def check_slurm_fit():
         return
     jobs = [
         TrainingJob(
-            f"results/runs/{RUN.format(**dict(job.wildcards.items()))}",
+            f"{RUNS_ROOT}/{RUN.format(**dict(job.wildcards.items()))}",
             int(job.wildcards.ranks),
             partition=job.resources.get("slurm_partition"),
         )

@@ -23,6 +23,8 @@ rule leftovers:
         "../envs/mpinet.yaml"
     params:
         referenced=all_studies_run_dirs(),
+        runs_root=RUNS_ROOT,
+        logs_root=TRAIN_LOGS,
         delete=lookup(dpath="remove_leftovers", within=config),
     message:
         "Run directories no study in config/ refers to"

@@ -11,9 +11,9 @@ rule train_single:
         data=multiext("resources/data/{dataset}/", *DATASET_FILES),
         code=code(*TRAINING_MODULES),
     output:
-        **{f.split(".")[0]: f"results/runs/{RUN}/{f}" for f in RUN_FILES},
+        **{f.split(".")[0]: f"{RUNS_ROOT}/{RUN}/{f}" for f in RUN_FILES},
     log:
-        f"logs/train/{RUN}.log",
+        f"{TRAIN_LOGS}/{RUN}.log",
     benchmark:
         f"results/benchmarks/train/{RUN}.tsv"
     wildcard_constraints:
@@ -47,9 +47,9 @@ rule train_mpi:
         data=multiext("resources/data/{dataset}/", *DATASET_FILES),
         code=code(*TRAINING_MODULES),
     output:
-        **{f.split(".")[0]: f"results/runs/{RUN}/{f}" for f in RUN_FILES},
+        **{f.split(".")[0]: f"{RUNS_ROOT}/{RUN}/{f}" for f in RUN_FILES},
     log:
-        f"logs/train/{RUN}.log",
+        f"{TRAIN_LOGS}/{RUN}.log",
     benchmark:
         f"results/benchmarks/train/{RUN}.tsv"
     wildcard_constraints:
