@@ -89,8 +89,9 @@ def test_workflow_produces_tables_plots_and_runs(workdir):
     for d in ("iris", "images"):
         for f in ("curves", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"):
             assert (workdir / f"results/test/plots/{d}/{f}.png").stat().st_size > 10_000
-    run = workdir / "results/runs/iris/algorithm~allreduce/ranks~2/batch_size~4/learning_rate~0.3/epochs~5"
-    rest = "hidden~30-20/loss~l2/standardize~True/dtype~float32/sync_every~1/shuffle~samples/faithful~False/seed~1"
+    run = workdir / "results/runs/iris/algorithm~allreduce/ranks~2/blas_threads~1/batch_size~4/learning_rate~0.3"
+    rest = "epochs~5/hidden~30-20/loss~l2/standardize~True/dtype~float32/sync_every~1/shuffle~samples/faithful~False"
+    rest += "/seed~1/repeat~1"
     assert (run / rest / "metrics.csv").exists()
     assert not list((workdir / "results").rglob("checkpoint.npz"))  # finished runs leave no checkpoint
     assert "synthetic" in (workdir / "resources/data/images/summary.json").read_text()
