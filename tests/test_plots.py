@@ -88,3 +88,16 @@ def test_other_swept_parameters_become_named_variants():
     )
     assert sorted(_label(df)["variant"]) == ["learning_rate=0.01, faithful=True", "learning_rate=0.3, faithful=False"]
     assert set(_label(df.iloc[:1])["variant"]) == {""}
+
+
+def test_the_intel_figure_carries_the_originals_numbers_relative_to_their_first_point(small_run, tmp_path):
+    import pandas as pd
+
+    from mpinet.plots import ORIGINAL_INTEL, scaling
+
+    _, _, m = small_run
+    texts = scaling(pd.read_csv(m / "runs.csv"), "intel", tmp_path / "s.png", original=True)
+    labels = [t for t in texts["legend"] if t.startswith("original Go")]
+    assert len(labels) == 2 and all("summed updates" in t and "its own 7 processes" in t for t in labels)
+    assert ORIGINAL_INTEL["Allreduce"][7] / ORIGINAL_INTEL["Allreduce"][30] == pytest.approx(90 / 44)
+    assert not [t for t in scaling(pd.read_csv(m / "runs.csv"), "x", tmp_path / "t.png")["legend"] if "original" in t]

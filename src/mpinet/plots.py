@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from matplotlib.figure import Figure  # the object API draws without pyplot, so no display backend is chosen
+from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter  # the object API draws without pyplot, so no display backend is chosen
 
 from mpinet import MpinetError
 from mpinet.experiments import COLUMNS, LAUNCH
@@ -19,6 +20,13 @@ DPI = 110
 # Parameters besides design, ranks and seed; when a sweep varies some, each value set is its own curve.
 VARIANT_COLUMNS = [c for c in COLUMNS if c not in ("algorithm", "ranks", *LAUNCH)]
 MAX_VARIANT_ROWS = 6
+# The original Go project's hand-typed Intel timings (goai/plot/resultstopng.go; units and epoch
+# counts never recorded): processes -> time. Drawn on the Intel scaling figure as its speedup
+# relative to its own first point (7 processes), for comparison only: other hardware, summed updates.
+ORIGINAL_INTEL = {
+    "Allreduce": {7: 90, 8: 74, 10: 74, 12: 69, 16: 59, 20: 60, 25: 47, 30: 44},
+    "Send/Recv": {7: 203, 8: 149, 10: 118, 12: 120, 16: 111, 20: 113, 25: 138, 30: 140},
+}
 
 
 def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
@@ -55,7 +63,7 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
     return _finish(fig, axes, f"{title}: training curves (mean over seeds, band: min to max)", path)
 
 
-def scaling(runs: pd.DataFrame, title: str, path) -> dict:
+def scaling(runs: pd.DataFrame, title: str, path, original: bool = False) -> dict:
     """Speedup and parallel efficiency against the 1-rank serial run, with the ideal lines; bars span
     the seeds' min to max (each seed's own median epoch time); hollow markers: a run or its
     baseline was not timed alone."""
@@ -115,15 +123,33 @@ def scaling(runs: pd.DataFrame, title: str, path) -> dict:
         axes[0].plot([], [], "o", color="grey", markerfacecolor="white", ls="none", label="not timed alone")
     if len(df) and df["oversubscribed"].any():
         axes[0].plot([], [], "x", color="black", ls="none", label="more ranks than cores")
+    if original:
+        for (design, times), marker in zip(ORIGINAL_INTEL.items(), ("^", "v")):
+            first = min(times)
+            ax_x = list(times)
+            axes[0].plot(
+                ax_x,
+                [times[first] / t for t in times.values()],
+                marker,
+                color="grey",
+                ls=":",
+                label=f"original Go {design}: speedup vs its own {first} processes (its hardware, summed updates)",
+            )
+        ranks = sorted({*ranks, *ORIGINAL_INTEL["Allreduce"]})
+        for ax in axes:  # 1 to 30 processes: log axes keep the small rank counts readable
+            ax.set_xscale("log", base=2)
+        axes[0].set_yscale("log", base=2)
+        axes[0].yaxis.set_major_formatter(ScalarFormatter())
     axes[0].plot(ranks, ranks, ls="--", color="grey", label="ideal")
     axes[1].axhline(1.0, ls="--", color="grey", label="ideal")
     axes[0].set_ylabel("speedup over serial (median epoch time)")
     axes[1].set_ylabel("parallel efficiency (speedup / processes)")
     for ax in axes:
         ax.set_xlabel("MPI processes (ranks)")
-        ax.set_xticks(ranks)
+        ax.set_xticks(ranks, [str(r) for r in ranks])
+        ax.minorticks_off()
         if len(df):
-            ax.legend(fontsize=8, loc="best")
+            ax.legend(fontsize=6 if original else 8, loc="best")
     return _finish(
         fig, axes, f"{title}: speedup per epoch (batch per rank fixed: the global batch grows with ranks)", path
     )
@@ -235,7 +261,7 @@ def plot_dataset(
     name = f"{dataset} (synthetic data)" if json.loads(Path(summary_json).read_text()).get("synthetic") else dataset
     texts = {
         "curves": training_curves(e, name, out["curves"]),
-        "scaling": scaling(r, name, out["scaling"]),
+        "scaling": scaling(r, name, out["scaling"], original=dataset == "intel"),
         "time_split": time_split(r, name, out["time_split"]),
         "time_to_accuracy": time_to_accuracy(e, name, out["time_to_accuracy"], target),
         "class_counts": class_counts(summary_json, name, out["class_counts"]),
