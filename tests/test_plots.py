@@ -101,3 +101,19 @@ def test_the_intel_figure_carries_the_originals_numbers_relative_to_their_first_
     assert len(labels) == 2 and all("summed updates" in t and "its own 7 processes" in t for t in labels)
     assert ORIGINAL_INTEL["Allreduce"][7] / ORIGINAL_INTEL["Allreduce"][30] == pytest.approx(90 / 44)
     assert not [t for t in scaling(pd.read_csv(m / "runs.csv"), "x", tmp_path / "t.png")["legend"] if "original" in t]
+
+
+def test_the_scaling_figure_draws_the_cost_models_lines_to_32_ranks(small_run, tmp_path):
+    import pandas as pd
+
+    from mpinet.costmodel import Link, predict
+    from mpinet.plots import scaling
+
+    _, _, m = small_run
+    runs = pd.read_csv(m / "runs.csv")
+    model = predict(runs, {"measured here": Link(2e-6, 3e-10)}, range(1, 33))
+    texts = scaling(runs, "small", tmp_path / "s.png", model=model)
+    drawn = texts["lines"]["model: Allreduce (alpha, beta measured here)"]
+    expected = model[model["algorithm"] == "allreduce"].sort_values("ranks")
+    assert [x for x, _ in drawn] == list(range(1, 33))
+    assert [y for _, y in drawn] == pytest.approx(expected["speedup"].tolist())

@@ -37,11 +37,13 @@ def load_epochs(runs: list[dict]) -> pd.DataFrame:
         for key in PARAMS:
             m[key] = run[key]
         m["train_samples"] = meta["data"]["train_samples"]
+        m["features"] = meta["data"].get("features", 0)
+        m["classes"] = len(meta["data"].get("classes", []))
         m["isolation"] = meta.get("timing", {}).get("isolation", "unknown")
         m["cores"] = meta.get("cores", 0)
         m["run_dir"] = str(d)
         frames.append(m)
-    front = [*PARAMS, "run_dir", "train_samples", "isolation", "cores"]
+    front = [*PARAMS, "run_dir", "train_samples", "features", "classes", "isolation", "cores"]
     df = pd.concat(frames, ignore_index=True)
     return df[front + [c for c in df.columns if c not in front]]
 
@@ -88,6 +90,9 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
             {
                 **{k: first[k] for k in PARAMS},
                 "run_dir": run_dir,
+                "train_samples": first["train_samples"],
+                "features": first.get("features", 0),
+                "classes": first.get("classes", 0),
                 "epochs_run": len(g),
                 "final_test_accuracy": g["test_accuracy"].iloc[-1],
                 "best_test_accuracy": g["test_accuracy"].max(),
@@ -151,9 +156,34 @@ def summarize_seeds(runs: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def write_tables(runs: list[dict], target_accuracy: float, epochs_csv, runs_csv, seeds_csv) -> None:
+def write_tables(
+    runs: list[dict], target_accuracy: float, epochs_csv, runs_csv, seeds_csv, bench_csv=None, model_csv=None
+) -> None:
+    """The three tables; with the microbenchmark's CSV also the cost model's predictions (model_csv)
+    and each run's model error (runs.csv)."""
     epochs = load_epochs(runs)
     per_run = summarize_runs(epochs, target_accuracy)
+    if bench_csv is not None:
+        per_run, model = add_model(per_run, pd.read_csv(bench_csv))
+        model.to_csv(model_csv, index=False)
     epochs.to_csv(epochs_csv, index=False)
     per_run.to_csv(runs_csv, index=False)
     summarize_seeds(per_run).to_csv(seeds_csv, index=False)
+
+
+MODEL_RANKS = range(1, 33)
+
+
+def add_model(runs: pd.DataFrame, bench: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The cost model fitted to these runs and this machine's α and β: each run's predicted epoch
+    time and error, and predictions for 1-32 ranks (and every swept count) with the measured link
+    and the interconnect presets."""
+    from mpinet.costmodel import INTERCONNECTS, Link, model_error, predict
+
+    measured = Link(float(bench["alpha_s"].iloc[0]), float(bench["beta_s_per_byte"].iloc[0]), "ping-pong here")
+    runs = runs.copy()
+    runs["model_error"] = model_error(runs, measured)
+    runs["model_epoch_s"] = runs["median_epoch_s"] * (1 + runs["model_error"])
+    ranks = sorted({*MODEL_RANKS, *runs["ranks"]})
+    model = predict(runs, {"measured here": measured, **INTERCONNECTS}, ranks)
+    return runs, model

@@ -63,7 +63,7 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
     return _finish(fig, axes, f"{title}: training curves (mean over seeds, band: min to max)", path)
 
 
-def scaling(runs: pd.DataFrame, title: str, path, original: bool = False) -> dict:
+def scaling(runs: pd.DataFrame, title: str, path, original: bool = False, model: pd.DataFrame | None = None) -> dict:
     """Speedup and parallel efficiency against the 1-rank serial run, with the ideal lines; bars span
     the seeds' min to max (each seed's own median epoch time); hollow markers: a run or its
     baseline was not timed alone."""
@@ -123,6 +123,24 @@ def scaling(runs: pd.DataFrame, title: str, path, original: bool = False) -> dic
         axes[0].plot([], [], "o", color="grey", markerfacecolor="white", ls="none", label="not timed alone")
     if len(df) and df["oversubscribed"].any():
         axes[0].plot([], [], "x", color="black", ls="none", label="more ranks than cores")
+    wide = original or (model is not None and len(model))
+    if model is not None and len(model):
+        # the cost model with this machine's alpha and beta, to 32 ranks: lines under the measured points
+        mine = model[model["link"] == "measured here"]
+        configs = mine.groupby(["batch_size", "hidden", "dtype", "blas_threads", "sync_every"])
+        for i, (_, config) in enumerate(configs):
+            for algorithm, line in config.groupby("algorithm"):
+                for ax, y in zip(axes[:2], ("speedup", "efficiency")):
+                    ax.plot(
+                        line["ranks"],
+                        line[y],
+                        ls="-.",
+                        lw=1,
+                        color=DESIGN_COLORS[algorithm],
+                        alpha=0.6,
+                        label=f"model: {DESIGN_NAMES[algorithm]} (alpha, beta measured here)" if i == 0 else None,
+                    )
+        ranks = sorted({*ranks, 4, 8, 16, 32})
     if original:
         for (design, times), marker in zip(ORIGINAL_INTEL.items(), ("^", "v")):
             first = min(times)
@@ -136,7 +154,8 @@ def scaling(runs: pd.DataFrame, title: str, path, original: bool = False) -> dic
                 label=f"original Go {design}: speedup vs its own {first} processes (its hardware, summed updates)",
             )
         ranks = sorted({*ranks, *ORIGINAL_INTEL["Allreduce"]})
-        for ax in axes:  # 1 to 30 processes: log axes keep the small rank counts readable
+    if wide:
+        for ax in axes:  # 1 to 32 processes: log axes keep the small rank counts readable
             ax.set_xscale("log", base=2)
         axes[0].set_yscale("log", base=2)
         axes[0].yaxis.set_major_formatter(ScalarFormatter())
@@ -149,7 +168,7 @@ def scaling(runs: pd.DataFrame, title: str, path, original: bool = False) -> dic
         ax.set_xticks(ranks, [str(r) for r in ranks])
         ax.minorticks_off()
         if len(df):
-            ax.legend(fontsize=6 if original else 8, loc="best")
+            ax.legend(fontsize=6 if wide else 8, loc="best")
     return _finish(
         fig, axes, f"{title}: speedup per epoch (batch per rank fixed: the global batch grows with ranks)", path
     )
@@ -250,18 +269,29 @@ def best_run(runs: pd.DataFrame, dataset: str) -> pd.Series:
 
 
 def plot_dataset(
-    dataset: str, epochs_csv, runs_csv, summary_json, confusions: list, out: dict, target: float | None = None
+    dataset: str,
+    epochs_csv,
+    runs_csv,
+    summary_json,
+    confusions: list,
+    out: dict,
+    target: float | None = None,
+    model_csv=None,
 ) -> dict:
     """Every figure of one dataset; confusions are its runs' confusion.csv files, out maps figure
     name -> PNG path. Returns each figure's texts."""
     epochs = pd.read_csv(epochs_csv)
     runs = pd.read_csv(runs_csv)
     e, r = epochs[epochs["dataset"] == dataset], runs[runs["dataset"] == dataset]
+    model = None
+    if model_csv is not None:
+        model = pd.read_csv(model_csv)
+        model = model[model["dataset"] == dataset] if len(model) else model
     # every figure of generated data says so, so no one mistakes it for the real photographs
     name = f"{dataset} (synthetic data)" if json.loads(Path(summary_json).read_text()).get("synthetic") else dataset
     texts = {
         "curves": training_curves(e, name, out["curves"]),
-        "scaling": scaling(r, name, out["scaling"], original=dataset == "intel"),
+        "scaling": scaling(r, name, out["scaling"], original=dataset == "intel", model=model),
         "time_split": time_split(r, name, out["time_split"]),
         "time_to_accuracy": time_to_accuracy(e, name, out["time_to_accuracy"], target),
         "class_counts": class_counts(summary_json, name, out["class_counts"]),
@@ -316,6 +346,13 @@ def _finish(fig, axes, title: str, path, legend: bool = True) -> dict:
         "xlabels": [ax.get_xlabel() for ax in axes],
         "ylabels": [ax.get_ylabel() for ax in axes],
         "legend": sorted({t.get_text() for ax in axes if ax.get_legend() for t in ax.get_legend().get_texts()}),
+        # every labelled line's plotted points, so tests check the data drawn and not pixels
+        "lines": {
+            line.get_label(): [(float(x), float(y)) for x, y in zip(line.get_xdata(), line.get_ydata())]
+            for ax in axes[:1]
+            for line in ax.get_lines()
+            if not line.get_label().startswith("_")
+        },
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

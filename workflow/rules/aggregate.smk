@@ -1,7 +1,8 @@
 rule aggregate:
     input:
         get_run_files,
-        code=code("aggregate.py", "experiments.py"),
+        bench=rules.commbench.output[0],
+        code=code("aggregate.py", "experiments.py", "costmodel.py"),
     output:
         epochs=report(
             f"{STUDY_DIR}/metrics/epochs.csv",
@@ -14,6 +15,12 @@ rule aggregate:
             caption="../report/runs.rst",
             category="Tables",
             labels={"table": "per run"},
+        ),
+        model=report(
+            f"{STUDY_DIR}/metrics/model.csv",
+            caption="../report/model.rst",
+            category="Tables",
+            labels={"table": "cost model predictions"},
         ),
         seeds=report(
             f"{STUDY_DIR}/metrics/seeds.csv",

@@ -1,3 +1,4 @@
+import os
 import time
 from pathlib import Path
 
@@ -195,6 +196,12 @@ def get_mpi_launcher(wildcards):
     """mpiexec, binding each rank to a core when jobs run alone (steadier epoch times); a SLURM
     profile replaces it with srun."""
     return "mpiexec -bind-to core" if ISOLATE else "mpiexec"
+
+
+def get_bench_ranks(wildcards):
+    """Ranks of the MPI microbenchmark: the study's largest count, but no more than the cores here
+    (a rank waiting on an oversubscribed core would slow the ping-pong it is timing)."""
+    return max(2, min(int(EXPERIMENTS["ranks"].max()), os.cpu_count() or 2))
 
 
 def get_train_slots(wildcards):

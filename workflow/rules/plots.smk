@@ -2,6 +2,7 @@ rule plots:
     input:
         epochs=rules.aggregate.output.epochs,
         runs=rules.aggregate.output.runs,
+        model=rules.aggregate.output.model,
         summary="resources/data/{dataset}/summary.json",
         confusions=get_dataset_run_files,
         code=code("plots.py"),

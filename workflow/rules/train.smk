@@ -79,3 +79,27 @@ rule train_mpi:
         "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
         "> {log:q} 2>&1 "
         "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
+
+
+rule commbench:
+    input:
+        code=code("costmodel.py"),
+    output:
+        f"{STUDY_DIR}/metrics/commbench.csv",
+    log:
+        f"logs/{STUDY}/commbench.log",
+    conda:
+        "../envs/mpinet.yaml"
+    threads: get_bench_ranks
+    resources:
+        mpi=get_mpi_launcher,
+        tasks=get_bench_ranks,
+        train_slots=get_train_slots,
+        isolation=get_isolation,
+    params:
+        max_bytes=64 << 20,
+    message:
+        "Measuring the cost of MPI messages here (alpha, beta) on {resources.tasks} ranks"
+    shell:
+        "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.costmodel bench "
+        "--max-bytes {params.max_bytes} --out {output:q} > {log:q} 2>&1"

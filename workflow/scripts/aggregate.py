@@ -5,4 +5,5 @@ from mpinet.step import run_step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 o = sm.output
-run_step(sm.log[0], write_tables, sm.params.runs, sm.params.target_accuracy, o.epochs, o.runs, o.seeds)
+target = sm.params.target_accuracy
+run_step(sm.log[0], write_tables, sm.params.runs, target, o.epochs, o.runs, o.seeds, sm.input.bench, o.model)

@@ -1,0 +1,259 @@
+"""A calibrated cost model of an epoch: compute measured per sample, communication as α + β·bytes.
+
+Compute: the seconds per training sample at each batch size, fitted from the measured 1-rank
+runs (their per-epoch compute time over their samples; per-step overhead is included, as it is
+paid per sample at a given batch size). A rank with D training ranks beside it handles n / D
+samples.
+
+Communication: one message of m bytes costs α + β·m, with α and β fitted by least squares to a
+ping-pong between two ranks (`python -m mpinet.costmodel bench`, which the workflow runs once per
+dataset where the training runs). Collectives are built from messages the way MPICH 5 does them:
+its default selection (src/mpi/coll/coll_selection.json) uses recursive doubling for Allreduce
+messages of at most 8 bytes or fewer elements than the largest power of two p' <= P ranks, and
+otherwise Rabenseifner's reduce-scatter + allgather: 2·log2(p')·α + 2·(p'−1)/p'·m·β; when P is not a
+power of two, P − p' ranks first hand their data to a partner and get the result back
+(2·(α + m·β) more). The parameter server's rank 0 receives P−1 gradients and sends P−1 weight
+vectors one after another in every step: 2·(P−1)·(α + m·β).
+
+Beyond one node, `INTERCONNECTS` holds α and β of common networks (typical values, see each
+`source`); predictions with them keep the compute measured here.
+"""
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Link:
+    alpha: float  # seconds per message
+    beta: float  # seconds per byte
+    source: str = ""
+
+    def message(self, nbytes: float) -> float:
+        return self.alpha + self.beta * nbytes
+
+
+INTERCONNECTS = {
+    "10 GbE (TCP)": Link(
+        30e-6,
+        1 / 1.15e9,
+        "typical MPI-over-TCP figures on 10 GbE: ~30 µs one-way latency (osu_latency), ~1.15 GB/s "
+        "of the 1.25 GB/s line rate (osu_bw)",
+    ),
+    "InfiniBand HDR": Link(
+        1.2e-6,
+        1 / 23e9,
+        "NVIDIA ConnectX-6 HDR, 200 Gb/s = 25 GB/s line rate; typical MPI results ~1.2 µs latency and "
+        "~23 GB/s bandwidth (osu_latency / osu_bw)",
+    ),
+}
+
+
+def fit_link(nbytes, seconds, source: str = "") -> Link:
+    """α and β of seconds = α + β·bytes: α from the small messages (<= 1 KiB, where the bytes cost
+    nothing measurable), β by least squares on what the large ones (>= 64 KiB) cost beyond α. A
+    plain least-squares line would let the large messages' noise decide α, often below zero."""
+    x = np.asarray(nbytes, dtype=float)
+    y = np.asarray(seconds, dtype=float)
+    small, large = x <= 1024, x >= 65536
+    alpha = float(np.median(y[small])) if small.any() else 0.0
+    if large.sum() >= 2:
+        beta = float(np.dot(x[large], y[large] - alpha) / np.dot(x[large], x[large]))
+    else:
+        beta = float(np.polyfit(x, y, 1)[0])
+    return Link(max(alpha, 0.0), max(beta, 0.0), source)
+
+
+def fit_compute(runs: pd.DataFrame) -> dict:
+    """Seconds of compute per training sample, by (dataset, blas_threads, batch_size, hidden, dtype),
+    from the 1-rank runs (serial or allreduce on 1 rank): median over them."""
+    one = runs[runs["ranks"] == 1]
+    per_sample = one["median_compute_s"] / one["train_samples"]
+    return per_sample.groupby([one[k] for k in COMPUTE_KEYS]).median().to_dict()
+
+
+COMPUTE_KEYS = ["dataset", "blas_threads", "batch_size", "hidden", "dtype"]
+
+
+def allreduce_seconds(ranks: int, nbytes: float, itemsize: int, link: Link) -> float:
+    """One MPI_Allreduce of nbytes over `ranks` ranks, with MPICH's algorithm for that size."""
+    if ranks < 2:
+        return 0.0
+    pof2 = 1 << (ranks.bit_length() - 1)
+    extra = 2 * link.message(nbytes) if ranks > pof2 else 0.0
+    steps = int(math.log2(pof2))
+    if nbytes <= 8 or nbytes // itemsize < pof2:  # recursive doubling
+        return steps * link.message(nbytes) + extra
+    return 2 * steps * link.alpha + 2 * (pof2 - 1) / pof2 * nbytes * link.beta + extra
+
+
+def paramserver_step_seconds(ranks: int, nbytes: float, link: Link) -> float:
+    """Rank 0's share of one step: P−1 gradients in, P−1 weight vectors out, one after another."""
+    return 2 * (ranks - 1) * link.message(nbytes)
+
+
+def epoch_seconds(
+    algorithm: str,
+    ranks: int,
+    samples: int,
+    batch_size: int,
+    per_sample_s: float,
+    n_params: int,
+    itemsize: int,
+    link: Link,
+    sync_every: int = 1,
+) -> float:
+    """Predicted seconds of one epoch (compute + communication) of one design."""
+    nbytes = n_params * itemsize
+    if ranks == 1:  # serial, or allreduce on one rank: nothing to exchange
+        return per_sample_s * samples
+    if algorithm == "allreduce":
+        steps = math.ceil(samples / (batch_size * ranks))
+        syncs = steps if sync_every == 1 else math.ceil(steps / sync_every)
+        return per_sample_s * samples / ranks + syncs * allreduce_seconds(ranks, nbytes, itemsize, link)
+    workers = ranks - 1  # paramserver: workers compute a step, then rank 0 serves them in turn
+    steps = math.ceil(samples / (batch_size * workers))
+    return steps * (per_sample_s * batch_size + paramserver_step_seconds(ranks, nbytes, link))
+
+
+def n_params(features: int, hidden: str, classes: int) -> int:
+    sizes = [features, *(int(h) for h in str(hidden).split("-")), classes]
+    return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+
+
+def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
+    """Predicted epoch time, speedup and efficiency of every design at every rank count, for each
+    configuration the runs measured and each link (name -> Link)."""
+    compute = fit_compute(runs)
+    rows = []
+    configs = runs.drop_duplicates(subset=[*COMPUTE_KEYS, "sync_every", "features", "classes"])
+    for _, c in configs.iterrows():
+        key = tuple(c[k] for k in COMPUTE_KEYS)
+        if key not in compute:
+            continue
+        size = n_params(c["features"], c["hidden"], c["classes"])
+        itemsize = np.dtype(c["dtype"]).itemsize
+        serial = epoch_seconds(
+            "serial", 1, c["train_samples"], c["batch_size"], compute[key], size, itemsize, Link(0, 0)
+        )
+        for name, link in links.items():
+            for algorithm in ("allreduce", "paramserver"):
+                for p in rank_counts:
+                    if algorithm == "paramserver" and p < 2:
+                        continue
+                    t = epoch_seconds(
+                        algorithm,
+                        p,
+                        c["train_samples"],
+                        c["batch_size"],
+                        compute[key],
+                        size,
+                        itemsize,
+                        link,
+                        c["sync_every"],
+                    )
+                    rows.append(
+                        {
+                            **{k: c[k] for k in COMPUTE_KEYS},
+                            "sync_every": c["sync_every"],
+                            "link": name,
+                            "algorithm": algorithm,
+                            "ranks": p,
+                            "epoch_s": t,
+                            "speedup": serial / t,
+                            "efficiency": serial / t / p,
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def model_error(runs: pd.DataFrame, link: Link) -> pd.Series:
+    """(predicted − measured) / measured median epoch time of every run, with the measured link."""
+    compute = fit_compute(runs)
+    out = []
+    for _, r in runs.iterrows():
+        key = tuple(r[k] for k in COMPUTE_KEYS)
+        if key not in compute:
+            out.append(np.nan)
+            continue
+        size = n_params(r["features"], r["hidden"], r["classes"])
+        t = epoch_seconds(
+            r["algorithm"],
+            r["ranks"],
+            r["train_samples"],
+            r["batch_size"],
+            compute[key],
+            size,
+            np.dtype(r["dtype"]).itemsize,
+            link,
+            r["sync_every"],
+        )
+        out.append((t - r["median_epoch_s"]) / r["median_epoch_s"])
+    return pd.Series(out, index=runs.index)
+
+
+# --- the microbenchmark -------------------------------------------------------------------
+
+
+def bench(comm, max_bytes: int, repeats: int = 20) -> pd.DataFrame:
+    """Ping-pong between ranks 0 and 1 (one-way seconds = half the round trip, median of `repeats`)
+    for message sizes from 8 bytes up to max_bytes, and MPI_Allreduce over all ranks."""
+    from mpi4py import MPI
+
+    sizes = [8 << k for k in range(0, 40) if 8 << k <= max_bytes] + [max_bytes]
+    rows = []
+    for size in sorted(set(sizes)):
+        buf = np.zeros(size // 8, dtype=np.float64)
+        times = []
+        for _ in range(repeats + 2):
+            comm.Barrier()
+            t = MPI.Wtime()
+            if comm.rank == 0:
+                comm.Send(buf, dest=1)
+                comm.Recv(buf, source=1)
+            elif comm.rank == 1:
+                comm.Recv(buf, source=0)
+                comm.Send(buf, dest=0)
+            times.append((MPI.Wtime() - t) / 2)
+        ping = float(np.median(times[2:]))
+        times = []
+        for _ in range(repeats + 2):
+            comm.Barrier()
+            t = MPI.Wtime()
+            comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+            times.append(MPI.Wtime() - t)
+        rows.append({"bytes": size, "one_way_s": ping, "allreduce_s": float(np.median(times[2:])), "ranks": comm.size})
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m mpinet.costmodel",
+        description="Measure α and β of this machine's MPI (run under mpiexec or srun with 2+ ranks).",
+    )
+    p.add_argument("command", choices=["bench"])
+    p.add_argument("--max-bytes", type=int, required=True, help="largest message, e.g. 4 x the parameter bytes")
+    p.add_argument("--out", required=True, help="CSV of message size, one-way and Allreduce seconds")
+    a = p.parse_args(argv)
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if comm.size < 2:
+        print("mpinet.costmodel: error: bench needs at least 2 ranks", file=sys.stderr)
+        return 1
+    table = bench(comm, a.max_bytes)
+    if comm.rank == 0:
+        link = fit_link(table["bytes"], table["one_way_s"])
+        table["alpha_s"], table["beta_s_per_byte"] = link.alpha, link.beta
+        table.to_csv(a.out, index=False)
+        print(f"α = {link.alpha * 1e6:.2f} µs, β = {link.beta * 1e9:.3f} ns/byte ({1 / link.beta / 1e9:.2f} GB/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

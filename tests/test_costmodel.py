@@ -1,0 +1,112 @@
+"""The cost model: fits recover known costs, collectives follow MPICH's algorithms, predictions
+meet a real run."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_train, train_cmd, write_dataset
+
+from mpinet.costmodel import (
+    Link,
+    allreduce_seconds,
+    epoch_seconds,
+    fit_compute,
+    fit_link,
+    model_error,
+    n_params,
+    paramserver_step_seconds,
+    predict,
+)
+
+
+def test_the_link_fit_recovers_known_alpha_and_beta_from_noisy_timings():
+    rng = np.random.default_rng(0)
+    sizes = np.array([8 << k for k in range(24)], dtype=float)
+    seconds = 4e-6 + sizes / 5e9
+    link = fit_link(sizes, seconds * (1 + rng.normal(0, 0.01, len(sizes))))
+    assert link.beta == pytest.approx(1 / 5e9, rel=0.03)
+    assert link.alpha == pytest.approx(4e-6, rel=0.3)
+
+
+def _runs(per_sample=2e-5, samples=1000):
+    base = dict(dataset="d", blas_threads=1, batch_size=8, hidden="10", dtype="float32", sync_every=1)
+    base |= dict(features=100, classes=3, train_samples=samples)
+    rows = [dict(base, algorithm="serial", ranks=1, median_compute_s=per_sample * samples, median_epoch_s=0.02)]
+    rows.append(
+        dict(base, algorithm="allreduce", ranks=1, median_compute_s=per_sample * samples * 1.1, median_epoch_s=0.022)
+    )
+    return pd.DataFrame(rows)
+
+
+def test_compute_per_sample_is_fitted_from_the_one_rank_runs():
+    compute = fit_compute(_runs(per_sample=2e-5))
+    assert compute[("d", 1, 8, "10", "float32")] == pytest.approx(2.1e-5)  # median of 2.0 and 2.2
+
+
+def test_allreduce_follows_mpichs_algorithm_choice():
+    link = Link(1e-6, 1e-9)
+    big = 4 * 1_000_000
+    # Rabenseifner on a power of two: 2 log2(p) alpha + 2 (p-1)/p bytes beta
+    assert allreduce_seconds(4, big, 4, link) == pytest.approx(2 * 2 * 1e-6 + 2 * 3 / 4 * big * 1e-9)
+    # 6 ranks: p' = 4, and two more messages of the whole buffer for the 2 extra ranks
+    assert allreduce_seconds(6, big, 4, link) == pytest.approx(
+        allreduce_seconds(4, big, 4, link) + 2 * link.message(big)
+    )
+    # 8 bytes: recursive doubling, log2(p) full messages
+    assert allreduce_seconds(8, 8, 8, link) == pytest.approx(3 * link.message(8))
+    assert allreduce_seconds(1, big, 4, link) == 0.0
+    assert paramserver_step_seconds(4, big, link) == pytest.approx(6 * link.message(big))
+
+
+def test_epoch_time_splits_compute_over_ranks_and_adds_the_exchange_per_step():
+    link = Link(1e-5, 1e-9)
+    size = n_params(100, "10", 3)
+    assert size == 100 * 10 + 10 + 10 * 3 + 3
+    serial = epoch_seconds("serial", 1, 1000, 8, 2e-5, size, 4, link)
+    assert serial == pytest.approx(0.02)
+    two = epoch_seconds("allreduce", 2, 1000, 8, 2e-5, size, 4, link)
+    assert two == pytest.approx(0.01 + math.ceil(1000 / 16) * allreduce_seconds(2, size * 4, 4, link))
+    ps = epoch_seconds("paramserver", 3, 1000, 8, 2e-5, size, 4, link)
+    assert ps == pytest.approx(math.ceil(1000 / 16) * (2e-5 * 8 + paramserver_step_seconds(3, size * 4, link)))
+
+
+def test_predictions_cover_every_design_and_rank_count_with_speedups_against_the_model_serial():
+    table = predict(_runs(), {"here": Link(1e-5, 1e-9), "free": Link(0, 0)}, range(1, 33))
+    assert set(table["algorithm"]) == {"allreduce", "paramserver"} and table["ranks"].max() == 32
+    free = table[(table["link"] == "free") & (table["algorithm"] == "allreduce")].set_index("ranks")
+    assert free.loc[32, "speedup"] == pytest.approx(32)  # nothing to pay for talking: linear
+    here = table[(table["link"] == "here") & (table["algorithm"] == "allreduce")].set_index("ranks")
+    assert here.loc[32, "efficiency"] < here.loc[2, "efficiency"]
+
+
+@pytest.mark.mpi
+def test_the_model_predicts_a_real_two_rank_run(tmp_path):
+    """Fitted on this machine's own ping-pong and 1-rank run, the model's 2-rank Allreduce epoch
+    must land within 50 % of the measured one. Why so wide: the two ranks use both of this
+    machine's cores, which may be SMT siblings and are shared with whatever else runs; the bound
+    still tells a model that halves the compute from one that does not (error -50 % or worse)."""
+    from mpinet.aggregate import load_epochs, summarize_runs
+    from mpinet.experiments import DEFAULTS
+
+    data = write_dataset(tmp_path / "d", n_train=6000, n_test=50, dim=1000)  # compute-bound steps
+    runs = []
+    for algorithm, ranks in (("serial", None), ("allreduce", 2)):
+        out = tmp_path / f"{algorithm}-{ranks}"
+        run_train(ranks, "--data", data, "--out", out, "--algorithm", algorithm, "--epochs", 4, "--batch-size", 64)
+        runs.append(
+            dict(DEFAULTS, dataset="d", algorithm=algorithm, ranks=ranks or 1, epochs=4, hidden="30-20", dir=out)
+        )
+    table = summarize_runs(load_epochs(runs), 0.9)
+    import subprocess
+
+    bench_csv = tmp_path / "bench.csv"
+    cmd = train_cmd(2)[:-2] + ["-m", "mpinet.costmodel", "bench", "--max-bytes", str(4 << 20), "--out", str(bench_csv)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    b = pd.read_csv(bench_csv)
+    link = Link(float(b["alpha_s"].iloc[0]), float(b["beta_s_per_byte"].iloc[0]))
+    errors = model_error(table, link)
+    two = table.index[table["ranks"] == 2][0]
+    assert abs(errors[two]) < 0.5, (errors.tolist(), json.dumps(table[["algorithm", "median_epoch_s"]].to_dict()))
