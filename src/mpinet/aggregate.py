@@ -157,7 +157,14 @@ def summarize_seeds(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_tables(
-    runs: list[dict], target_accuracy: float, epochs_csv, runs_csv, seeds_csv, bench_csv=None, model_csv=None
+    runs: list[dict],
+    target_accuracy: float,
+    epochs_csv,
+    runs_csv,
+    seeds_csv,
+    bench_csv=None,
+    model_csv=None,
+    front_page=None,
 ) -> None:
     """The three tables; with the microbenchmark's CSV also the cost model's predictions (model_csv)
     and each run's model error (runs.csv)."""
@@ -169,6 +176,11 @@ def write_tables(
     epochs.to_csv(epochs_csv, index=False)
     per_run.to_csv(runs_csv, index=False)
     summarize_seeds(per_run).to_csv(seeds_csv, index=False)
+    if front_page is not None:  # (template, study, output): the report's front page with the headline
+        from mpinet.status import headline_rst
+
+        template, study, out = front_page
+        Path(out).write_text(headline_rst(runs_csv, Path(template).read_text(), study))
 
 
 MODEL_RANKS = range(1, 33)

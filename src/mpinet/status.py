@@ -95,6 +95,40 @@ def summary_table(runs_csv: str | Path) -> str:
     return table.reset_index().to_string(index=False, na_rep="-")
 
 
+def headline_rst(runs_csv, description: str, study: str) -> str:
+    """The report's front page: the study's headline numbers first (per dataset and variant, the
+    best speedup of each design timed alone, and what it cost in accuracy), then the description."""
+    from mpinet.experiments import COLUMNS, LAUNCH
+
+    runs = pd.read_csv(runs_csv)
+    varying = [c for c in COLUMNS if c not in ("algorithm", "ranks", *LAUNCH) and runs[c].nunique() > 1]
+    lines = [f"Study **{study}**: headline numbers", "", ".. list-table::", "   :header-rows: 1", ""]
+    lines += ["   * - dataset", "     - variant", "     - design", "     - ranks", "     - speedup", "     - accuracy"]
+    for key, d in runs.groupby(["dataset", *varying]):
+        key = key if isinstance(key, tuple) else (key,)
+        variant = ", ".join(f"{c}={v}" for c, v in zip(varying, key[1:])) or "-"
+        serial_acc = d.loc[d["algorithm"] == "serial", "final_test_accuracy"].median()
+        timed = d[(d["algorithm"] != "serial") & d["speedup_isolated"].astype(bool)]
+        best = timed.groupby(["algorithm", "ranks"])[["speedup", "final_test_accuracy"]].median().reset_index()
+        for algorithm, g in best.groupby("algorithm"):
+            if g["speedup"].notna().any():
+                row = g.loc[g["speedup"].idxmax()]
+                lines += [
+                    f"   * - {key[0]}",
+                    f"     - {variant}",
+                    f"     - {algorithm}",
+                    f"     - {int(row['ranks'])}",
+                    f"     - {row['speedup']:.2f}",
+                    f"     - {row['final_test_accuracy']:.3f} (serial {serial_acc:.3f})",
+                ]
+    note = (
+        "The best speedup of each design among the runs timed alone (median over seeds and launches), "
+        "and its final test accuracy beside the serial run's. The scaling figures show every point, "
+        "the spread and the cost model."
+    )
+    return "\n".join([*lines, "", note, "", description])
+
+
 def leftovers(runs_root: Path, referenced: set[Path]) -> list[Path]:
     """Run directories under runs_root (those holding run.json or metrics.csv) that no study lists."""
     found = {p.parent for name in ("run.json", "metrics.csv") for p in runs_root.rglob(name)}

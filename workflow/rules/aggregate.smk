@@ -2,6 +2,7 @@ rule aggregate:
     input:
         get_run_files,
         bench=rules.commbench.output[0],
+        description="workflow/report/workflow.rst",
         code=code("aggregate.py", "experiments.py", "costmodel.py"),
     output:
         epochs=report(
@@ -22,6 +23,7 @@ rule aggregate:
             category="Tables",
             labels={"table": "cost model predictions"},
         ),
+        front_page=f"{STUDY_DIR}/report.rst",
         seeds=report(
             f"{STUDY_DIR}/metrics/seeds.csv",
             caption="../report/seeds.rst",
@@ -36,6 +38,7 @@ rule aggregate:
     params:
         runs=get_runs,
         n_runs=get_run_count,
+        study=STUDY,
         target_accuracy=lookup(dpath="target_accuracy", within=config),
     message:
         "Aggregating the metrics of {params.n_runs} runs"
