@@ -26,9 +26,9 @@ class TrainingJob:
 
 
 def check_fits(jobs: list[TrainingJob], partitions: dict[str, Partition], default: str | None) -> None:
-    """Raise one line naming the first experiment whose ranks its partition cannot hold."""
+    """Raise one line naming the experiment with the fewest ranks its partition cannot hold."""
     too_big = []
-    for job in jobs:
+    for job in sorted(jobs, key=lambda j: (j.ranks * j.cpus_per_rank, j.experiment)):
         name = job.partition or default
         if name not in partitions:
             known = ", ".join(sorted(partitions)) or "none"
