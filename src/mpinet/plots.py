@@ -1,6 +1,7 @@
 """Figures from the metrics tables (seaborn, PNG). One curve per configuration, seeds averaged with a band."""
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -163,15 +164,18 @@ def scaling(runs: pd.DataFrame, title: str, path, original: bool = False, model:
     axes[1].axhline(1.0, ls="--", color="grey", label="ideal")
     axes[0].set_ylabel("speedup over serial (median epoch time)")
     axes[1].set_ylabel("parallel efficiency (speedup / processes)")
+    ticks = [r for i, r in enumerate(ranks) if not wide or i == 0 or math.log2(r / ranks[i - 1]) > 0.2]
     for ax in axes:
         ax.set_xlabel("MPI processes (ranks)")
-        ax.set_xticks(ranks, [str(r) for r in ranks])
+        ax.set_xticks(ticks, [str(r) for r in ticks])  # on log axes, ticks closer than 15 % are dropped
         ax.minorticks_off()
-        if len(df):
-            ax.legend(fontsize=6 if wide else 8, loc="best")
-    return _finish(
-        fig, axes, f"{title}: speedup per epoch (batch per rank fixed: the global batch grows with ranks)", path
-    )
+        if len(df) and wide:  # many entries: below the panel, so no line hides behind them
+            fig.set_figheight(7)
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)
+        elif len(df):
+            ax.legend(fontsize=8, loc="best")
+    held = "speedup per epoch (batch per rank fixed: the global batch grows with ranks)"
+    return _finish(fig, axes, f"{title}: {held}", path, legend=False)  # the legends placed above stay
 
 
 def time_split(runs: pd.DataFrame, title: str, path) -> dict:
