@@ -84,8 +84,8 @@ def test_predictions_cover_every_design_and_rank_count_with_speedups_against_the
 
 @pytest.mark.mpi
 def test_the_model_predicts_a_real_two_rank_run(tmp_path):
-    """Fitted on this machine's own ping-pong and 1-rank run, the model's 2-rank Allreduce epoch
-    must land within 50 % of the measured one. Why so wide: the two ranks use both of this
+    """Fitted on this machine's own ping-pong and 1-rank runs, the model's 1- and 2-rank Allreduce
+    epochs must land within 50 % of the measured ones. Why so wide: the two ranks use both of this
     machine's cores, which may be SMT siblings and are shared with whatever else runs; the bound
     still tells a model that halves the compute from one that does not (error -50 % or worse)."""
     from mpinet.aggregate import load_epochs, summarize_runs
@@ -93,7 +93,7 @@ def test_the_model_predicts_a_real_two_rank_run(tmp_path):
 
     data = write_dataset(tmp_path / "d", n_train=6000, n_test=50, dim=1000)  # compute-bound steps
     runs = []
-    for algorithm, ranks in (("serial", None), ("allreduce", 2)):
+    for algorithm, ranks in (("serial", None), ("allreduce", 1), ("allreduce", 2)):
         out = tmp_path / f"{algorithm}-{ranks}"
         run_train(ranks, "--data", data, "--out", out, "--algorithm", algorithm, "--epochs", 4, "--batch-size", 64)
         runs.append(
@@ -108,5 +108,7 @@ def test_the_model_predicts_a_real_two_rank_run(tmp_path):
     b = pd.read_csv(bench_csv)
     link = Link(float(b["alpha_s"].iloc[0]), float(b["beta_s_per_byte"].iloc[0]))
     errors = model_error(table, link)
-    two = table.index[table["ranks"] == 2][0]
-    assert abs(errors[two]) < 0.5, (errors.tolist(), json.dumps(table[["algorithm", "median_epoch_s"]].to_dict()))
+    assert len(errors) == 3 and errors.abs().max() < 0.5, (
+        errors.tolist(),
+        json.dumps(table[["algorithm", "median_epoch_s"]].to_dict()),
+    )
