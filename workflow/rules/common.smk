@@ -199,9 +199,13 @@ def get_mpi_launcher(wildcards):
 
 
 def get_bench_ranks(wildcards):
-    """Ranks of the MPI microbenchmark: the study's largest count, but no more than the cores here
-    (a rank waiting on an oversubscribed core would slow the ping-pong it is timing)."""
-    return max(2, min(int(EXPERIMENTS["ranks"].max()), os.cpu_count() or 2))
+    """Ranks of the MPI microbenchmark: the study's largest count; locally no more than the cores
+    here (a rank waiting on an oversubscribed core would slow the ping-pong it is timing)."""
+    largest = int(EXPERIMENTS["ranks"].max())
+    plugin = workflow.executor_plugin
+    if plugin is not None and plugin.name == "slurm":
+        return max(2, largest)
+    return max(2, min(largest, os.cpu_count() or 2))
 
 
 def get_train_slots(wildcards):
