@@ -112,3 +112,17 @@ def test_the_model_predicts_a_real_two_rank_run(tmp_path):
         errors.tolist(),
         json.dumps(table[["algorithm", "median_epoch_s"]].to_dict()),
     )
+
+
+def test_without_a_one_rank_run_the_model_predicts_nothing_but_keeps_its_columns(tmp_path):
+    from mpinet.plots import scaling
+
+    runs = _runs()
+    runs = runs.assign(ranks=2, algorithm="allreduce")  # no 1-rank run: no compute to fit
+    table = predict(runs, {"here": Link(1e-5, 1e-9)}, range(1, 33))
+    assert table.empty and {"link", "algorithm", "ranks", "speedup"} <= set(table.columns)
+    table.to_csv(tmp_path / "model.csv", index=False)
+    back = pd.read_csv(tmp_path / "model.csv")  # a header, so the plots can read it
+    assert back.empty and model_error(runs, Link(1e-5, 1e-9)).isna().all()
+    runs = runs.assign(design="Allreduce", speedup=float("nan"), efficiency=float("nan"), final_test_accuracy=0.5)
+    scaling(runs.assign(speedup_isolated=True, oversubscribed=False), "d", tmp_path / "s.png", model=back)

@@ -169,7 +169,9 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
                             "efficiency": serial / t / p,
                         }
                     )
-    return pd.DataFrame(rows)
+    # with no 1-rank run to fit the compute to, there is nothing to predict: an empty table, with its columns
+    columns = [*COMPUTE_KEYS, "sync_every", "link", "algorithm", "ranks", "epoch_s", "speedup", "efficiency"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def model_error(runs: pd.DataFrame, link: Link) -> pd.Series:

@@ -99,7 +99,7 @@ def scaling(runs: pd.DataFrame, title: str, path, original: bool = False, model:
         df["speedup_lo"] = df["serial_epoch_s"] / (df["median_epoch_s"] + half)
         df["speedup_hi"] = df["serial_epoch_s"] / (df["median_epoch_s"] - half).clip(lower=1e-12)
         df["efficiency_lo"], df["efficiency_hi"] = df["speedup_lo"] / df["ranks"], df["speedup_hi"] / df["ranks"]
-    for ax, y in zip(axes[:2], ("speedup", "efficiency")):
+    for ax, y in zip(axes[:2] if len(df) else [], ("speedup", "efficiency")):
         points = df.groupby(keys, sort=True).agg(
             mid=(y, "median"),
             lo=(f"{y}_lo", "min"),
