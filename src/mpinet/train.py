@@ -182,7 +182,7 @@ def train(
     if checkpoint is not None and comm.rank == 0:
         start_epoch = _load_checkpoint(checkpoint, signature, params, result, log)
     start_epoch = int(comm.max(float(start_epoch)))  # rank 0 alone reads the file
-    last_save = time.monotonic()
+    last_save, saved_rows = time.monotonic(), len(result.metrics)
     comm.bcast(params)  # identical weights everywhere, whatever a rank's RNG or file did
 
     n = len(arrays.train_y)
@@ -231,8 +231,8 @@ def train(
         # checkpoint, at most every checkpoint_seconds (and after the last epoch)
         due = time.monotonic() - last_save >= checkpoint_seconds or epoch == opts.epochs
         if checkpoint is not None and comm.rank == 0 and due:
-            _save_checkpoint(checkpoint, signature, params, epoch, result.metrics)
-            last_save = time.monotonic()
+            _save_checkpoint(checkpoint, signature, params, epoch, result.metrics[saved_rows:])
+            last_save, saved_rows = time.monotonic(), len(result.metrics)
     if result.confusion is None:  # resumed after the last epoch: evaluate once for the matrix
         _, result.confusion = _evaluate(net, layers, arrays.test_x, arrays.test_y, comm, ws.batch)
     return result
@@ -376,25 +376,15 @@ def _tmp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp.npz")  # one fixed name: a killed writer leaves at most one
 
 
-def _save_checkpoint(path: Path, signature: str, params: np.ndarray, epoch: int, metrics: list[dict]) -> None:
-    """Append the metric rows not yet saved, then replace the weights atomically. The sample
+def _save_checkpoint(path: Path, signature: str, params: np.ndarray, epoch: int, new_rows: list[dict]) -> None:
+    """Append the metric rows since the last save, then replace the weights atomically. The sample
     order needs no saved RNG state: it is drawn afresh from (seed, epoch) in every epoch."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    sidecar = _metrics_path(path)
-    saved = _saved_epochs(sidecar)
-    with open(sidecar, "a") as f:
-        for row in metrics[saved:]:
-            f.write(json.dumps(row) + "\n")
+    with open(_metrics_path(path), "a") as f:
+        f.writelines(json.dumps(row) + "\n" for row in new_rows)
     tmp = _tmp_path(path)
     np.savez(tmp, params=params, epoch=epoch, signature=signature)
     os.replace(tmp, path)
-
-
-def _saved_epochs(sidecar: Path) -> int:
-    if not sidecar.exists():
-        return 0
-    with open(sidecar, "rb") as f:
-        return sum(1 for line in f if line.endswith(b"\n"))
 
 
 def _load_checkpoint(path: Path, signature: str, params: np.ndarray, result: Result, log) -> int:
@@ -477,7 +467,7 @@ def write_outputs(out: Path, result: Result, opts: Options, arrays: dataset.Arra
     dataset.write_json(out / "run.json", {"options": asdict(opts), **meta})
 
 
-def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays, blas_threads: int) -> dict:
+def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays) -> dict:
     """Provenance for run.json; called on every rank (host names are gathered)."""
     from threadpoolctl import threadpool_info
 
@@ -503,7 +493,7 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
             for i in threadpool_info()
             if i.get("user_api") == "blas"
         ],
-        "blas_threads": blas_threads,
+        "blas_threads": opts.blas_threads,
         "environment": {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ},
         # set by srun in every task it starts: shows the ranks came from SLURM, and how many
         "slurm": {k: os.environ[k] for k in SLURM_VARIABLES if k in os.environ},
@@ -596,7 +586,7 @@ def main(argv=None) -> int:
             started, load_start = _now(), os.getloadavg()[0]
             ck = Path(args.checkpoint) if args.checkpoint else None
             result = train(arrays, opts, comm, ck, log, args.checkpoint_seconds)
-            meta = run_metadata(comm, opts, args.data, arrays, opts.blas_threads)
+            meta = run_metadata(comm, opts, args.data, arrays)
             meta["train_seconds"] = time.perf_counter() - t0
             # whether anything else could have run beside this job, and how busy the machine was
             meta["timing"] = {
