@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from mpinet.model import Net
+
 
 @dataclass(frozen=True)
 class Link:
@@ -122,8 +124,18 @@ def epoch_seconds(
 
 
 def n_params(features: int, hidden: str, classes: int) -> int:
-    sizes = [features, *(int(h) for h in str(hidden).split("-")), classes]
-    return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+    """Parameters of the net a run trained (hidden as '30-20')."""
+    return Net((features, *(int(h) for h in str(hidden).split("-")), classes)).n_params
+
+
+def _work(run, compute: dict) -> tuple | None:
+    """A run's (samples, batch size, seconds per sample, parameters, bytes per value) as
+    epoch_seconds takes them, or None when no 1-rank run measured its compute."""
+    per_sample = compute.get(tuple(run[k] for k in COMPUTE_KEYS))
+    if per_sample is None:
+        return None
+    size = n_params(run["features"], run["hidden"], run["classes"])
+    return run["train_samples"], run["batch_size"], per_sample, size, np.dtype(run["dtype"]).itemsize
 
 
 def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
@@ -133,30 +145,15 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
     rows = []
     configs = runs.drop_duplicates(subset=[*COMPUTE_KEYS, "sync_every", "features", "classes"])
     for _, c in configs.iterrows():
-        key = tuple(c[k] for k in COMPUTE_KEYS)
-        if key not in compute:
+        if (work := _work(c, compute)) is None:
             continue
-        size = n_params(c["features"], c["hidden"], c["classes"])
-        itemsize = np.dtype(c["dtype"]).itemsize
-        serial = epoch_seconds(
-            "serial", 1, c["train_samples"], c["batch_size"], compute[key], size, itemsize, Link(0, 0)
-        )
+        serial = epoch_seconds("serial", 1, *work, Link(0, 0))
         for name, link in links.items():
             for algorithm in ("allreduce", "paramserver"):
                 for p in rank_counts:
                     if algorithm == "paramserver" and p < 2:
                         continue
-                    t = epoch_seconds(
-                        algorithm,
-                        p,
-                        c["train_samples"],
-                        c["batch_size"],
-                        compute[key],
-                        size,
-                        itemsize,
-                        link,
-                        c["sync_every"],
-                    )
+                    t = epoch_seconds(algorithm, p, *work, link, c["sync_every"])
                     rows.append(
                         {
                             **{k: c[k] for k in COMPUTE_KEYS},
@@ -174,29 +171,19 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def model_error(runs: pd.DataFrame, link: Link) -> pd.Series:
-    """(predicted − measured) / measured median epoch time of every run, with the measured link."""
+def predicted_epochs(runs: pd.DataFrame, link: Link) -> pd.Series:
+    """The model's epoch time of every measured run (NaN where no 1-rank run measured its compute)."""
     compute = fit_compute(runs)
     out = []
     for _, r in runs.iterrows():
-        key = tuple(r[k] for k in COMPUTE_KEYS)
-        if key not in compute:
-            out.append(np.nan)
-            continue
-        size = n_params(r["features"], r["hidden"], r["classes"])
-        t = epoch_seconds(
-            r["algorithm"],
-            r["ranks"],
-            r["train_samples"],
-            r["batch_size"],
-            compute[key],
-            size,
-            np.dtype(r["dtype"]).itemsize,
-            link,
-            r["sync_every"],
-        )
-        out.append((t - r["median_epoch_s"]) / r["median_epoch_s"])
-    return pd.Series(out, index=runs.index)
+        work = _work(r, compute)
+        out.append(np.nan if work is None else epoch_seconds(r["algorithm"], r["ranks"], *work, link, r["sync_every"]))
+    return pd.Series(out, index=runs.index, dtype=float)
+
+
+def model_error(runs: pd.DataFrame, link: Link) -> pd.Series:
+    """(predicted − measured) / measured median epoch time of every run."""
+    return predicted_epochs(runs, link) / runs["median_epoch_s"] - 1
 
 
 # --- the microbenchmark -------------------------------------------------------------------
