@@ -20,6 +20,13 @@ DEFAULTS = {
 }
 # Columns that describe a launch of an experiment rather than the experiment itself.
 LAUNCH = ("seed", "repeat")
+# Columns besides design, ranks and launch: when a study varies some, each value set is a variant.
+VARIANT_COLUMNS = tuple(c for c in COLUMNS if c not in ("algorithm", "ranks", *LAUNCH))
+
+
+def varying(table: pd.DataFrame) -> list[str]:
+    """The variant columns a table of experiments or runs holds more than one value of."""
+    return [c for c in VARIANT_COLUMNS if c in table and table[c].nunique() > 1]
 
 
 def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
@@ -78,7 +85,7 @@ def launch_order(experiments: pd.DataFrame) -> list[int]:
     """Each experiment's position in the order timed runs should be launched in: whole rounds of
     repeats, and within a round the designs and rank counts of one configuration side by side, so
     a slow drift of the machine falls on every design alike instead of on the last one."""
-    keys = ["repeat", "seed", "dataset", *[c for c in COLUMNS if c not in ("repeat", "seed", "algorithm", "ranks")]]
+    keys = ["repeat", "seed", "dataset", *VARIANT_COLUMNS]
     order = experiments.sort_values([*keys, "algorithm", "ranks"], kind="stable").index
     position = pd.Series(range(len(order)), index=order)
     return position.reindex(experiments.index).tolist()

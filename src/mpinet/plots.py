@@ -7,19 +7,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from matplotlib.figure import Figure
-from matplotlib.ticker import ScalarFormatter  # the object API draws without pyplot, so no display backend is chosen
+from matplotlib.figure import Figure  # the object API draws without pyplot, so no display backend is chosen
+from matplotlib.ticker import ScalarFormatter
 
 from mpinet import MpinetError
-from mpinet.experiments import COLUMNS, LAUNCH
+from mpinet.experiments import varying
 
 DESIGN_COLORS = {"serial": "#4d4d4d", "allreduce": "#1f77b4", "paramserver": "#d62728"}
 DESIGN_NAMES = {"serial": "serial", "allreduce": "Allreduce", "paramserver": "parameter server (Send/Recv)"}
 SHORT_NAMES = {"serial": "serial", "allreduce": "Allreduce", "paramserver": "Send/Recv PS"}
 DESIGN_ORDER = {a: i for i, a in enumerate(DESIGN_COLORS)}
 DPI = 110
-# Parameters besides design, ranks and seed; when a sweep varies some, each value set is its own curve.
-VARIANT_COLUMNS = [c for c in COLUMNS if c not in ("algorithm", "ranks", *LAUNCH)]
 MAX_VARIANT_ROWS = 6
 # The original Go project's hand-typed Intel timings (goai/plot/resultstopng.go; units and epoch
 # counts never recorded): processes -> time. Drawn on the Intel scaling figure as its speedup
@@ -332,10 +330,10 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
     """Add a readable design name and the variant: the other parameters the sweeps vary, as 'lr=0.3, …'."""
     df = df.copy()
     df["design"] = df["algorithm"].map(DESIGN_NAMES)
-    varying = [c for c in VARIANT_COLUMNS if c in df and df[c].nunique() > 1]
+    columns = varying(df)  # each value set of the parameters the sweeps vary is its own curve
     df["variant"] = ""
-    if varying:
-        df["variant"] = df[varying].apply(lambda r: ", ".join(f"{c}={v}" for c, v in r.items()), axis=1)
+    if columns:
+        df["variant"] = df[columns].apply(lambda r: ", ".join(f"{c}={v}" for c, v in r.items()), axis=1)
     return df
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 
-NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"  # the schema's pattern for study and dataset names
 RUNNING_WITHIN_S = 120  # a job whose log grew this recently counts as running
 
 
@@ -77,11 +76,10 @@ def failures(experiments: list[Experiment]) -> str:
 def summary_table(runs_csv: str | Path) -> str:
     """Per dataset, design and ranks: final accuracy, median epoch time, speedup, time to target, and
     how many seeds reached the target."""
-    from mpinet.experiments import COLUMNS, LAUNCH
+    from mpinet.experiments import varying
 
     runs = pd.read_csv(runs_csv)
-    varying = [c for c in COLUMNS if c not in ("algorithm", "ranks", *LAUNCH) and runs[c].nunique() > 1]
-    g = runs.groupby(["dataset", *varying, "algorithm", "ranks"], sort=True)
+    g = runs.groupby(["dataset", *varying(runs), "algorithm", "ranks"], sort=True)
     table = pd.DataFrame(
         {
             "launches": g.size(),
@@ -98,15 +96,15 @@ def summary_table(runs_csv: str | Path) -> str:
 def headline_rst(runs_csv, description: str, study: str) -> str:
     """The report's front page: the study's headline numbers first (per dataset and variant, the
     best speedup of each design timed alone, and what it cost in accuracy), then the description."""
-    from mpinet.experiments import COLUMNS, LAUNCH
+    from mpinet.experiments import varying
 
     runs = pd.read_csv(runs_csv)
-    varying = [c for c in COLUMNS if c not in ("algorithm", "ranks", *LAUNCH) and runs[c].nunique() > 1]
+    columns = varying(runs)
     lines = [f"Study **{study}**: headline numbers", "", ".. list-table::", "   :header-rows: 1", ""]
     lines += ["   * - dataset", "     - variant", "     - design", "     - ranks", "     - speedup", "     - accuracy"]
-    for key, d in runs.groupby(["dataset", *varying]):
+    for key, d in runs.groupby(["dataset", *columns]):
         key = key if isinstance(key, tuple) else (key,)
-        variant = ", ".join(f"{c}={v}" for c, v in zip(varying, key[1:])) or "-"
+        variant = ", ".join(f"{c}={v}" for c, v in zip(columns, key[1:])) or "-"
         serial_acc = d.loc[d["algorithm"] == "serial", "final_test_accuracy"].median()
         timed = d[(d["algorithm"] != "serial") & d["speedup_isolated"].astype(bool)]
         best = timed.groupby(["algorithm", "ranks"])[["speedup", "final_test_accuracy"]].median().reset_index()
