@@ -63,42 +63,72 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
 
 
 def scaling(runs: pd.DataFrame, title: str, path, original: bool = False, model: pd.DataFrame | None = None) -> dict:
-    """Speedup and parallel efficiency against the 1-rank serial run, with the ideal lines; bars span
-    the lowest to highest speedup over the seeds' and launches' epoch-time quartiles; hollow
-    markers: a run or its baseline was not timed alone; x: more ranks than cores."""
-    df = _label(runs[runs["algorithm"] != "serial"].dropna(subset=["speedup"]))
+    """Speedup and parallel efficiency against the 1-rank serial run, with the ideal lines, beside the
+    final accuracy each design reached. Bars span the lowest to highest speedup at the runs'
+    epoch-time quartiles (over epochs and seeds); hollow markers: a run or its baseline was not
+    timed alone; x: more ranks than cores. `model` adds the cost model's lines, `original` the
+    original project's Intel numbers."""
+    labelled = _label(runs)
+    variants = sorted(labelled["variant"].unique())
+    df = labelled[labelled["algorithm"] != "serial"].dropna(subset=["speedup"])
     fig, axes = _subplots(1, 3, figsize=(17, 4.5))
-    ranks = sorted(runs["ranks"].unique())
-    all_variants = sorted(_label(runs)["variant"].unique())
-    # what the speed cost: final test accuracy of every design, serial included, at each rank count
-    acc = _label(runs).groupby(["design", "algorithm", "variant", "ranks"])["final_test_accuracy"]
+    _accuracy_panel(axes[2], labelled, variants)
+    if df.empty:
+        for ax in axes[:2]:
+            ax.text(0.5, 0.5, "no speedup to draw:\nthe study has no matching serial run", ha="center", va="center")
+    else:
+        _speedup_panels(axes[:2], df, variants)
+    ranks = {*runs["ranks"]}
+    with_model = model is not None and len(model) > 0
+    if with_model:
+        _model_lines(axes[:2], model)
+        ranks |= {4, 8, 16, 32}
+    if original:
+        _original_markers(axes[0])
+        ranks |= set(ORIGINAL_INTEL["Allreduce"])
+    _scaling_axes(fig, axes, sorted(ranks), wide=original or with_model, legend=not df.empty)
+    held = "speedup per epoch (batch per rank fixed: the global batch grows with ranks)"
+    return _finish(fig, axes, f"{title}: {held}", path, legend=False)  # _scaling_axes placed the legends
+
+
+def _series(design: str, variant: str, variants: list[str]) -> tuple[str, str]:
+    """A design's legend label and line style; variants of one design differ by style."""
+    label = design if not variant else f"{design} ({variant})"
+    return label, ("-", "--", ":", "-.")[variants.index(variant) % 4]
+
+
+def _accuracy_panel(ax, labelled: pd.DataFrame, variants: list[str]) -> None:
+    """What the speed cost: final test accuracy of every design, serial included, at each rank count."""
+    acc = labelled.groupby(["design", "algorithm", "variant", "ranks"])["final_test_accuracy"]
     for (design, algorithm, variant), line in (
         acc.agg(["median", "min", "max"]).reset_index().groupby(["design", "algorithm", "variant"])
     ):
-        axes[2].errorbar(
+        label, style = _series(design, variant, variants)
+        ax.errorbar(
             line["ranks"],
             line["median"],
             yerr=[line["median"] - line["min"], line["max"] - line["median"]],
             color=DESIGN_COLORS[algorithm],
-            ls=("-", "--", ":", "-.")[all_variants.index(variant) % 4],
+            ls=style,
             marker="o",
             capsize=3,
-            label=design if not variant else f"{design} ({variant})",
+            label=label,
         )
-    axes[2].set_ylim(0, 1.02)
-    axes[2].set_ylabel("final test accuracy (median, min to max over seeds)")
-    if df.empty:
-        for ax in axes[:2]:
-            ax.text(0.5, 0.5, "no speedup to draw:\nthe study has no matching serial run", ha="center", va="center")
-    keys = ["design", "algorithm", "variant", "ranks"]
-    # bars over epochs and seeds: each run's speedup at its epoch time's quartiles, lowest to highest
-    if len(df):
-        half = df["iqr_epoch_s"].fillna(0) / 2
-        df["speedup_lo"] = df["serial_epoch_s"] / (df["median_epoch_s"] + half)
-        df["speedup_hi"] = df["serial_epoch_s"] / (df["median_epoch_s"] - half).clip(lower=1e-12)
-        df["efficiency_lo"], df["efficiency_hi"] = df["speedup_lo"] / df["ranks"], df["speedup_hi"] / df["ranks"]
-    for ax, y in zip(axes[:2] if len(df) else [], ("speedup", "efficiency")):
-        points = df.groupby(keys, sort=True).agg(
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("final test accuracy (median, min to max over seeds)")
+
+
+def _speedup_panels(axes, df: pd.DataFrame, variants: list[str]) -> None:
+    """Measured speedup and efficiency: median point, bars at the epoch-time quartiles, markers
+    for runs not timed alone (hollow) and for more ranks than cores (x)."""
+    half = df["iqr_epoch_s"].fillna(0) / 2
+    df = df.assign(
+        speedup_lo=df["serial_epoch_s"] / (df["median_epoch_s"] + half),
+        speedup_hi=df["serial_epoch_s"] / (df["median_epoch_s"] - half).clip(lower=1e-12),
+    )
+    df = df.assign(efficiency_lo=df["speedup_lo"] / df["ranks"], efficiency_hi=df["speedup_hi"] / df["ranks"])
+    for ax, y in zip(axes, ("speedup", "efficiency")):
+        points = df.groupby(["design", "algorithm", "variant", "ranks"], sort=True).agg(
             mid=(y, "median"),
             lo=(f"{y}_lo", "min"),
             hi=(f"{y}_hi", "max"),
@@ -107,58 +137,62 @@ def scaling(runs: pd.DataFrame, title: str, path, original: bool = False, model:
         )
         for (design, algorithm, variant), line in points.reset_index().groupby(["design", "algorithm", "variant"]):
             color = DESIGN_COLORS[algorithm]
-            dashes = ("-", "--", ":", "-.")[all_variants.index(variant) % 4]  # variants of one design apart
-            label = design if not variant else f"{design} ({variant})"
+            label, style = _series(design, variant, variants)
             ax.errorbar(
                 line["ranks"],
                 line["mid"],
                 yerr=[line["mid"] - line["lo"], line["hi"] - line["mid"]],
                 color=color,
-                ls=dashes,
+                ls=style,
                 marker="none",
                 capsize=3,
                 label=label,
             )
-            for alone, marker_face in ((True, color), (False, "white")):
+            for alone, face in ((True, color), (False, "white")):
                 part = line[line["isolated"] == alone]
-                ax.plot(part["ranks"], part["mid"], "o", color=color, markerfacecolor=marker_face, ls="none")
+                ax.plot(part["ranks"], part["mid"], "o", color=color, markerfacecolor=face, ls="none")
             over = line[line["over"]]
             ax.plot(over["ranks"], over["mid"], "x", color="black", markersize=9, ls="none")
-    if len(df) and not df["speedup_isolated"].all():
+    if not df["speedup_isolated"].all():
         axes[0].plot([], [], "o", color="grey", markerfacecolor="white", ls="none", label="not timed alone")
-    if len(df) and df["oversubscribed"].any():
+    if df["oversubscribed"].any():
         axes[0].plot([], [], "x", color="black", ls="none", label="more ranks than cores")
-    wide = original or (model is not None and len(model))
-    if model is not None and len(model):
-        # the cost model with this machine's alpha and beta, to 32 ranks: lines under the measured points
-        mine = model[model["link"] == "measured here"]
-        configs = mine.groupby(["batch_size", "hidden", "dtype", "blas_threads", "sync_every"])
-        for i, (_, config) in enumerate(configs):
-            for algorithm, line in config.groupby("algorithm"):
-                for ax, y in zip(axes[:2], ("speedup", "efficiency")):
-                    ax.plot(
-                        line["ranks"],
-                        line[y],
-                        ls="-.",
-                        lw=1,
-                        color=DESIGN_COLORS[algorithm],
-                        alpha=0.6,
-                        label=f"model: {DESIGN_NAMES[algorithm]} (alpha, beta measured here)" if i == 0 else None,
-                    )
-        ranks = sorted({*ranks, 4, 8, 16, 32})
-    if original:
-        for (design, times), marker in zip(ORIGINAL_INTEL.items(), ("^", "v")):
-            first = min(times)
-            ax_x = list(times)
-            axes[0].plot(
-                ax_x,
-                [times[first] / t for t in times.values()],
-                marker,
-                color="grey",
-                ls=":",
-                label=f"original Go {design}: speedup vs its own {first} processes (its hardware, summed updates)",
-            )
-        ranks = sorted({*ranks, *ORIGINAL_INTEL["Allreduce"]})
+
+
+def _model_lines(axes, model: pd.DataFrame) -> None:
+    """The cost model with this machine's alpha and beta, to 32 ranks: lines under the measured points."""
+    mine = model[model["link"] == "measured here"]
+    configs = mine.groupby(["batch_size", "hidden", "dtype", "blas_threads", "sync_every"])
+    for i, (_, config) in enumerate(configs):
+        for algorithm, line in config.groupby("algorithm"):
+            for ax, y in zip(axes, ("speedup", "efficiency")):
+                ax.plot(
+                    line["ranks"],
+                    line[y],
+                    ls="-.",
+                    lw=1,
+                    color=DESIGN_COLORS[algorithm],
+                    alpha=0.6,
+                    label=f"model: {DESIGN_NAMES[algorithm]} (alpha, beta measured here)" if i == 0 else None,
+                )
+
+
+def _original_markers(ax) -> None:
+    """The original's Intel timings as speedups relative to its own first point."""
+    for (design, times), marker in zip(ORIGINAL_INTEL.items(), ("^", "v")):
+        first = min(times)
+        ax.plot(
+            list(times),
+            [times[first] / t for t in times.values()],
+            marker,
+            color="grey",
+            ls=":",
+            label=f"original Go {design}: speedup vs its own {first} processes (its hardware, summed updates)",
+        )
+
+
+def _scaling_axes(fig, axes, ranks: list[int], wide: bool, legend: bool) -> None:
+    """Ideal lines, labels, rank ticks and legends; wide (up to 32 ranks): log axes, legends below."""
     if wide:
         for ax in axes:  # 1 to 32 processes: log axes keep the small rank counts readable
             ax.set_xscale("log", base=2)
@@ -168,18 +202,18 @@ def scaling(runs: pd.DataFrame, title: str, path, original: bool = False, model:
     axes[1].axhline(1.0, ls="--", color="grey", label="ideal")
     axes[0].set_ylabel("speedup over serial (median epoch time)")
     axes[1].set_ylabel("parallel efficiency (speedup / processes)")
+    # on log axes, ticks closer than 15 % would collide
     ticks = [r for i, r in enumerate(ranks) if not wide or i == 0 or math.log2(r / ranks[i - 1]) > 0.2]
+    if wide and legend:
+        fig.set_figheight(7)
     for ax in axes:
         ax.set_xlabel("MPI processes (ranks)")
-        ax.set_xticks(ticks, [str(r) for r in ticks])  # on log axes, ticks closer than 15 % are dropped
+        ax.set_xticks(ticks, [str(r) for r in ticks])
         ax.minorticks_off()
-        if len(df) and wide:  # many entries: below the panel, so no line hides behind them
-            fig.set_figheight(7)
+        if legend and wide:  # many entries: below the panel, so no line hides behind them
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)
-        elif len(df):
+        elif legend:
             ax.legend(fontsize=8, loc="best")
-    held = "speedup per epoch (batch per rank fixed: the global batch grows with ranks)"
-    return _finish(fig, axes, f"{title}: {held}", path, legend=False)  # the legends placed above stay
 
 
 def time_split(runs: pd.DataFrame, title: str, path) -> dict:
