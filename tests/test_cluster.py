@@ -46,3 +46,11 @@ def test_a_job_comment_reads_as_its_experiment_with_only_non_default_values():
     assert describe_comment("rule_prepare_wildcards_iris", COLUMNS, DEFAULTS) == "rule_prepare_wildcards_iris"
     table = queue_table(f"12|RUNNING|0:05|{comment}\n", COLUMNS, DEFAULTS)
     assert table.splitlines()[1].split()[:3] == ["12", "RUNNING", "0:05"]
+
+
+def test_memory_per_cpu_covers_a_ranks_shard_the_test_array_and_the_runtime():
+    from mpinet.cluster import mem_per_cpu_mb
+
+    intel_train, intel_test = 14034 * 67500 * 4, 3000 * 67500 * 4  # float32 at 150 px
+    assert mem_per_cpu_mb(intel_train, intel_test, ranks=2, threads=1) == int(1807.1 + 772.5 + 300) + 1
+    assert mem_per_cpu_mb(intel_train, intel_test, ranks=2, threads=2) == int((1807.1 + 772.5 + 300) / 2) + 1

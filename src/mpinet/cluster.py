@@ -25,6 +25,14 @@ class TrainingJob:
     partition: str | None = None  # None: the cluster's default partition
 
 
+def mem_per_cpu_mb(train_bytes: int, test_bytes: int, ranks: int, threads: int) -> int:
+    """MB per CPU a training job asks for: a rank maps its shard of the training array and the whole
+    test array (every rank evaluates its share through the same memory map), plus 300 MB of Python,
+    numpy and MPI, spread over the rank's `threads` CPUs."""
+    per_rank = (train_bytes / max(1, ranks) + test_bytes) / 2**20 + 300
+    return int(per_rank / threads) + 1
+
+
 def check_fits(jobs: list[TrainingJob], partitions: dict[str, Partition], default: str | None) -> None:
     """Raise one line naming the experiment with the fewest ranks its partition cannot hold."""
     too_big = []

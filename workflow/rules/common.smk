@@ -6,7 +6,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import Paramspace, validate
 
 from mpinet import MpinetError, dataset
-from mpinet.cluster import TrainingJob, check_fits, partitions
+from mpinet.cluster import TrainingJob, check_fits, mem_per_cpu_mb, partitions
 from mpinet.fetch import local_files, source_error
 from mpinet.experiments import COLUMNS, config_error, expand_sweeps, launch_order, train_arguments
 from mpinet.train import TRAINING_MODULES
@@ -85,18 +85,28 @@ def grid_paths(experiments):
     return [f"{d}/{p}" for d, p in zip(experiments["dataset"], space.instance_patterns)]
 
 
+GRID_PATHS = grid_paths(EXPERIMENTS)
 # each experiment's row by its <dataset>/<grid path>: a dict look-up per job (Paramspace.instance
 # costs 5 ms a call, most of a 1,000-experiment dry run)
-RUN_ROWS = dict(zip(grid_paths(EXPERIMENTS), EXPERIMENTS.to_dict("records")))
+RUN_ROWS = dict(zip(GRID_PATHS, EXPERIMENTS.to_dict("records")))
 # the order timed runs are launched in (designs side by side, whole rounds of repeats), as priorities
-LAUNCH_PRIORITY = dict(
-    zip(grid_paths(EXPERIMENTS), (len(EXPERIMENTS) - i for i in launch_order(EXPERIMENTS)))
-)
+LAUNCH_PRIORITY = dict(zip(GRID_PATHS, (len(EXPERIMENTS) - i for i in launch_order(EXPERIMENTS))))
+
+
+def grid_path(wildcards):
+    """<dataset>/<grid path> of a training job's wildcards."""
+    return RUN.format(**dict(wildcards.items()))
+
+
+def on_slurm():
+    """Whether this invocation submits to SLURM (known once the DAG is built, not at parse time)."""
+    plugin = workflow.executor_plugin
+    return plugin is not None and plugin.name == "slurm"
 
 
 def run_dirs():
     """results/runs/<dataset>/<grid path> of every experiment, in table order."""
-    return [f"{RUNS_ROOT}/{g}" for g in grid_paths(EXPERIMENTS)]
+    return [f"{RUNS_ROOT}/{g}" for g in GRID_PATHS]
 
 
 def study_experiments():
@@ -108,7 +118,7 @@ def study_experiments():
             Path(f"{TRAIN_LOGS}/{g}.log"),
             Path(f"{CHECKPOINTS}/{g}/checkpoint.npz"),
         )
-        for g in grid_paths(EXPERIMENTS)
+        for g in GRID_PATHS
     ]
 
 
@@ -176,20 +186,22 @@ def get_cores(wildcards):
 
 def get_run_options(wildcards):
     """The row of the experiment table for these wildcards, as python -m mpinet.train options."""
-    return train_arguments(RUN_ROWS[RUN.format(**dict(wildcards.items()))])
+    return train_arguments(RUN_ROWS[grid_path(wildcards)])
 
 
 def get_mem_per_cpu(wildcards, input):
-    """MB per CPU: a rank needs its shard of the training array, the whole test array (every rank
-    evaluates its share through the same memory map) and 300 MB of Python, numpy and MPI, spread
-    over the rank's blas_threads CPUs."""
-    sizes = {Path(f).name: Path(f).stat().st_size / 2**20 for f in input.data if Path(f).exists()}
-    shard = sizes.get("train_x.npy", 0) / max(1, int(wildcards.ranks))
-    return int((shard + sizes.get("test_x.npy", 0) + 300) / int(wildcards.blas_threads)) + 1
+    """MB per CPU of a training job, sized from its prepared data (mpinet.cluster.mem_per_cpu_mb)."""
+    sizes = {Path(f).name: Path(f).stat().st_size for f in input.data if Path(f).exists()}
+    return mem_per_cpu_mb(
+        sizes.get("train_x.npy", 0),
+        sizes.get("test_x.npy", 0),
+        int(wildcards.ranks),
+        int(wildcards.blas_threads),
+    )
 
 
 def get_launch_priority(wildcards):
-    return LAUNCH_PRIORITY[RUN.format(**dict(wildcards.items()))]
+    return LAUNCH_PRIORITY[grid_path(wildcards)]
 
 
 def get_mpi_launcher(wildcards):
@@ -202,8 +214,7 @@ def get_bench_ranks(wildcards):
     """Ranks of the MPI microbenchmark: the study's largest count; locally no more than the cores
     here (a rank waiting on an oversubscribed core would slow the ping-pong it is timing)."""
     largest = int(EXPERIMENTS["ranks"].max())
-    plugin = workflow.executor_plugin
-    if plugin is not None and plugin.name == "slurm":
+    if on_slurm():
         return max(2, largest)
     return max(2, min(largest, os.cpu_count() or 2))
 
@@ -228,7 +239,7 @@ def get_run_dir(wildcards, output):
 
 def get_checkpoint(wildcards):
     """Kept outside the job's outputs, so Snakemake does not delete it when the job fails."""
-    return f"{CHECKPOINTS}/{RUN.format(**dict(wildcards.items()))}/checkpoint.npz"
+    return f"{CHECKPOINTS}/{grid_path(wildcards)}/checkpoint.npz"
 
 
 def get_run_count(wildcards):
@@ -255,13 +266,13 @@ def get_dataset_run_files(wildcards):
 
 def check_slurm_fit():
     """On SLURM, a training job no node set of its partition can hold is an error before submission."""
-    plugin = workflow.executor_plugin
-    if plugin is None or plugin.name != "slurm":
+    if not on_slurm():
         return
     jobs = [
         TrainingJob(
-            f"{RUNS_ROOT}/{RUN.format(**dict(job.wildcards.items()))}",
+            f"{RUNS_ROOT}/{grid_path(job.wildcards)}",
             int(job.wildcards.ranks),
+            int(job.wildcards.blas_threads),
             partition=job.resources.get("slurm_partition"),
         )
         for job in workflow.dag.needrun_jobs()
