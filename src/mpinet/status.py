@@ -130,7 +130,18 @@ def headline_rst(runs_csv, description: str, study: str) -> str:
 def leftovers(runs_root: Path, referenced: set[Path]) -> list[Path]:
     """Run directories under runs_root (those holding run.json or metrics.csv) that no study lists."""
     found = {p.parent for name in ("run.json", "metrics.csv") for p in runs_root.rglob(name)}
-    return sorted(d for d in found if d.resolve() not in {r.resolve() for r in referenced})
+    kept = {r.resolve() for r in referenced}
+    return sorted(d for d in found if d.resolve() not in kept)
+
+
+def leftovers_report(runs_root: Path, logs_root: Path, referenced: set[Path], delete: bool) -> str:
+    """The leftover run directories, one line each; with `delete` they and their logs are removed."""
+    found = leftovers(runs_root, referenced)
+    lines = [f"leftover: {d}" for d in found] or ["no leftover run directories"]
+    if found and delete:
+        remove(found, logs_root, runs_root)
+        lines.append(f"removed {len(found)} run directories and their logs")
+    return "\n".join(lines)
 
 
 def remove(dirs: list[Path], logs_root: Path, runs_root: Path) -> None:
