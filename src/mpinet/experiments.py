@@ -18,6 +18,8 @@ DEFAULTS = {
     **{f.name: list(f.default) if isinstance(f.default, tuple) else f.default for f in fields(Options)},
     "repeat": 1,
 }
+# What a sweep may say: the dataset, every column but `repeat` (a sweep gives the count, `repeats`).
+SWEEP_KEYS = ("dataset", *(c for c in COLUMNS if c != "repeat"), "repeats")
 # Columns that describe a launch of an experiment rather than the experiment itself.
 LAUNCH = ("seed", "repeat")
 # Columns besides design, ranks and launch: when a study varies some, each value set is a variant.
@@ -37,9 +39,9 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
     rows = []
     for i, sweep in enumerate(sweeps):
         where = f"experiments[{i}]"
-        unknown = set(sweep) - set(COLUMNS) - {"dataset", "repeats"} | ({"repeat"} & set(sweep))
+        unknown = set(sweep) - set(SWEEP_KEYS)
         if unknown:
-            raise MpinetError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected {', '.join(COLUMNS)}")
+            raise MpinetError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected {', '.join(SWEEP_KEYS)}")
         names = sweep.get("dataset")
         for name in names if isinstance(names, list) else [names]:
             if name not in datasets:

@@ -261,7 +261,7 @@ def _check_member(
 
 def _decompress(src: Path, dest: Path) -> None:
     """One compressed file (iris.csv.gz, .bz2, .xz) written out under its name without the suffix."""
-    limit = min(MAX_UNPACKED, MAX_RATIO * max(src.stat().st_size, 1 << 20))
+    limit = _unpack_limit(src)
     try:
         with SINGLE_FILE_CODECS[src.suffix.lower()](src, "rb") as f, open(dest, "wb") as out:
             while chunk := f.read(CHUNK):
@@ -276,8 +276,13 @@ def _metadata_names(folder, names: list[str]) -> list[str]:
     return [n for n in names if is_metadata(n)]
 
 
+def _unpack_limit(packed: Path) -> int:
+    """Bytes a packed file may unpack to: MAX_RATIO times its size (at least 1 MiB's), at most MAX_UNPACKED."""
+    return min(MAX_UNPACKED, MAX_RATIO * max(packed.stat().st_size, 1 << 20))
+
+
 def _check_size(archive: Path, unpacked: int) -> None:
-    limit = min(MAX_UNPACKED, MAX_RATIO * max(archive.stat().st_size, 1 << 20))
+    limit = _unpack_limit(archive)
     if unpacked > limit:
         raise MpinetError(
             f"{archive}: would unpack to {unpacked / 2**30:.1f} GiB, more than {limit / 2**30:.1f} GiB "
