@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# A real one-node SLURM cluster on localhost (munge, MariaDB, slurmdbd, slurmctld, slurmd) for the
-# profile tests. Debian 12, root, no systemd. Usage: local-cluster.sh start|stop|status
+# A real SLURM cluster on this machine (munge, MariaDB, slurmdbd, slurmctld, slurmd) for the profile
+# tests. Debian 12, root, no systemd. Usage: local-cluster.sh start [--nodes N] | stop | status
 #
-# start  installs missing Debian packages, writes the configs (before any SLURM command runs), starts
-#        only the daemons that are not running, waits until the node is idle; idempotent.
-# stop   cancels jobs, ends exactly the daemons this script started (pid files in $STATE) and removes
-#        the SLURM configs it wrote: a client configured for a controller that no longer runs makes
-#        every `scontrol` wait ~10 s, and the SLURM executor plugin calls it whenever snakemake starts.
-# The node declares at least $MIN_CPUS CPUs whatever the machine has (SlurmdParameters=config_overrides),
-# so the default config's 3-rank experiments fit on a 2-core machine, oversubscribed as they are
-# by a local `make run`. It talks to nothing but localhost.
+# start        one compute node, `localhost`, beside the controller.
+# start --nodes N (N >= 2)  N compute nodes node1..nodeN, each its own network namespace
+#        (mpinet-nodeI) with its own address on a bridge ($BRIDGE, $SUBNET.0/24, the controller at
+#        $SUBNET.1), its own hostname (UTS namespace) and its own slurmd: separate hosts as far as
+#        SLURM and MPI can tell, on one kernel. Node names resolve through lines marked "$MARK" in
+#        /etc/hosts. Traffic stays on the bridge and the namespaces this script creates.
+#        Either form installs missing Debian packages, writes the configs (before any SLURM command
+#        runs), starts only what is not running, waits until the nodes are idle; idempotent. Starting
+#        with another node count tears the old compute nodes down first.
+# stop   cancels jobs, ends exactly the daemons this script started (pid files in $STATE), removes the
+#        namespaces, the bridge, the hosts lines and the SLURM configs it wrote: a client configured
+#        for a controller that no longer runs makes every `scontrol` wait ~10 s, and the SLURM
+#        executor plugin calls it whenever snakemake starts.
+# Every node declares CPUs whatever the machine has (SlurmdParameters=config_overrides: slurmd reports
+# the configured CPUs and memory instead of the detected ones, and no node is drained for having less
+# hardware than declared): one node declares at least $MIN_CPUS CPUs so the default config's 3-rank
+# experiments fit on a 2-core machine; N nodes declare $NODE_CPUS CPUs each and share the real memory, so
+# 3 nodes fit on 2 cores. Their jobs share the real cores: oversubscribed, as a local `make run` is.
 set -euo pipefail
 
 STATE=/run/mpinet-slurm
@@ -17,7 +27,11 @@ CONF=/etc/slurm
 LOGS=/var/log/slurm
 ACCOUNT=ci
 MIN_CPUS=4
-PACKAGES=(munge slurm-wlm slurmdbd mariadb-server libpmix-dev)
+NODE_CPUS=2
+PACKAGES=(munge slurm-wlm slurmdbd mariadb-server libpmix-dev iproute2 util-linux)
+BRIDGE=mpinet-br0
+SUBNET=10.213.7
+MARK="# mpinet local-cluster"
 DB_PASS_FILE=$STATE/db-password
 
 log() { printf '[local-cluster %s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -59,35 +73,61 @@ install_packages() {
 
 host_prerequisites() {
   grep -qw "$(hostname)" /etc/hosts || echo "127.0.0.1 $(hostname)" >>/etc/hosts
-  if ! mountpoint -q /sys/fs/cgroup; then # slurmd 22.05 needs a cgroup hierarchy even with task/none
+  mount_cgroup
+  mkdir -p "$STATE" /var/spool/slurmctld /var/spool/slurmd "$LOGS"
+}
+
+mount_cgroup() { # slurmd 22.05 needs a cgroup hierarchy even with task/none
+  if ! mountpoint -q /sys/fs/cgroup; then
     mount -t tmpfs -o mode=755 cgroup_root /sys/fs/cgroup
     mkdir -p /sys/fs/cgroup/systemd
     mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd
   fi
-  mkdir -p "$STATE" /var/spool/slurmctld /var/spool/slurmd "$LOGS"
 }
 
-write_configs() {
-  local cpus mem_mb
-  cpus=$(nproc)
-  [ "$cpus" -ge "$MIN_CPUS" ] || cpus=$MIN_CPUS
+node_names() { # the compute nodes of a cluster of $1 nodes
+  if [ "$1" = 1 ]; then echo localhost; else seq -f 'node%g' 1 "$1"; fi
+}
+
+node_address() { # node_address NAME
+  case "$1" in localhost) echo 127.0.0.1 ;; node*) echo "$SUBNET.$((10 + ${1#node}))" ;; esac
+}
+
+recorded_nodes() { # the node count the running cluster was started with (0: none)
+  cat "$STATE/nodes" 2>/dev/null || echo 0
+}
+
+write_configs() { # write_configs NODES
+  local nodes=$1 cpus mem_mb ctld node_lines="" name
   mem_mb=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
+  if [ "$nodes" = 1 ]; then
+    cpus=$(nproc)
+    [ "$cpus" -ge "$MIN_CPUS" ] || cpus=$MIN_CPUS
+    ctld="localhost(127.0.0.1)"
+  else
+    cpus=$NODE_CPUS
+    mem_mb=$((mem_mb / nodes))
+    ctld="$(hostname)($SUBNET.1)" # slurmctld insists on its own hostname; the address is the bridge's
+  fi
+  for name in $(node_names "$nodes"); do
+    node_lines+="NodeName=$name NodeAddr=$(node_address "$name") CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN"$'\n'
+  done
   [ -s "$DB_PASS_FILE" ] || (umask 077 && head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' >"$DB_PASS_FILE")
   mkdir -p "$CONF"
   cat >"$CONF/slurm.conf.new" <<CONFEOF
-# Written by mpinet's tests/slurm/local-cluster.sh: one node, this machine's memory, at least $MIN_CPUS CPUs.
+# Written by mpinet's tests/slurm/local-cluster.sh: $nodes node(s), $cpus CPUs each, this machine's memory.
 ClusterName=localcluster
-SlurmctldHost=localhost(127.0.0.1)
+SlurmctldHost=$ctld
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
+SlurmdSpoolDir=/var/spool/slurmd/%n
 SlurmctldPidFile=$STATE/slurmctld.pid
-SlurmdPidFile=$STATE/slurmd.pid
+SlurmdPidFile=$STATE/slurmd-%n.pid
 SlurmctldLogFile=$LOGS/slurmctld.log
-SlurmdLogFile=$LOGS/slurmd.log
+SlurmdLogFile=$LOGS/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 SlurmdParameters=config_overrides
@@ -107,8 +147,7 @@ AccountingStorageEnforce=associations
 JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
 AccountingStoreFlags=job_comment
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP DefMemPerCPU=500
+${node_lines}PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP DefMemPerCPU=500
 CONFEOF
   if cmp -s "$CONF/slurm.conf.new" "$CONF/slurm.conf"; then
     rm "$CONF/slurm.conf.new"
@@ -135,6 +174,67 @@ DBDEOF
   )
   chmod 600 "$CONF/slurmdbd.conf"
   touch "$STATE/wrote-slurm.conf" "$STATE/wrote-slurmdbd.conf"
+}
+
+make_network() { # make_network NODES: the bridge, one namespace per node, hosts lines; idempotent
+  local nodes=$1 name ns addr
+  ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
+  ip addr show dev "$BRIDGE" | grep -q "inet $SUBNET.1/" || ip addr add "$SUBNET.1/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  for name in $(node_names "$nodes"); do
+    ns=mpinet-$name addr=$(node_address "$name")
+    ip netns list | grep -qw "^$ns" || ip netns add "$ns"
+    if ! ip link show "veth-$name" >/dev/null 2>&1; then
+      ip link add "veth-$name" type veth peer name eth0 netns "$ns"
+      ip link set "veth-$name" master "$BRIDGE" up
+      ip -n "$ns" addr add "$addr/24" dev eth0
+      ip -n "$ns" link set eth0 up
+      ip -n "$ns" link set lo up
+    fi
+    grep -q "^$addr $name $MARK\$" /etc/hosts || echo "$addr $name $MARK" >>/etc/hosts
+  done
+}
+
+remove_network() { # namespaces (and the processes still in them), links, bridge, hosts lines
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^mpinet-node/ {print $1}'); do
+    ip netns pids "$ns" | xargs -r kill -KILL 2>/dev/null || true
+    ip netns delete "$ns" # its end of the veth pair goes with it, and so the pair
+    log "removed network namespace $ns"
+  done
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '$2 ~ /^veth-node/ {sub(/@.*/, "", $2); print $2}'); do
+    ip link delete "$link"
+  done
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link delete "$BRIDGE" && log "removed bridge $BRIDGE"; fi
+  if grep -q "$MARK" /etc/hosts; then # in place: /etc/hosts may be a bind mount
+    local kept
+    kept=$(grep -v "$MARK" /etc/hosts)
+    printf '%s\n' "$kept" >/etc/hosts
+  fi
+}
+
+start_slurmd() { # start_slurmd NAME: the node's slurmd, in its namespace unless it is localhost
+  local name=$1
+  alive "slurmd-$name" slurmd && return 0
+  mkdir -p "/var/spool/slurmd/$name"
+  if [ "$name" = localhost ]; then
+    slurmd -N localhost
+  else
+    # `ip netns exec` remounts /sys, so the cgroup hierarchy is mounted again in its mount namespace
+    ip netns exec "mpinet-$name" unshare --uts bash -c \
+      "hostname $name; $(declare -f mount_cgroup); mount_cgroup; exec slurmd -N $name"
+  fi
+}
+
+stop_compute_nodes() { # every slurmd this script started, then the namespaces
+  local f
+  for f in "$STATE"/slurmd-*.pid; do
+    [ -e "$f" ] || continue
+    f=$(basename "$f" .pid)
+    if alive "$f" slurmd; then stop_daemon "$f"; else rm -f "$STATE/$f.pid"; fi
+  done
+  remove_network
+  rm -f "$STATE/nodes"
 }
 
 start_munge() {
@@ -167,41 +267,64 @@ start_slurmdbd() {
   wait_for 30 "slurmdbd on port 6819" bash -c 'exec 3<>/dev/tcp/127.0.0.1/6819'
 }
 
-start_slurm() {
+start_slurm() { # start_slurm NODES
+  local nodes=$1 names name state
+  names=$(node_names "$nodes")
   if [ "${CONFIG_CHANGED:-0}" = 1 ]; then # restart our own daemons so they read the new config
-    for name in slurmd slurmctld; do
-      alive "$name" "$name" && stop_daemon "$name"
+    for name in $names; do
+      alive "slurmd-$name" slurmd && stop_daemon "slurmd-$name"
     done
+    alive slurmctld slurmctld && stop_daemon slurmctld
   fi
   if ! alive slurmctld slurmctld; then
     slurmctld
     wait_for 30 "slurmctld" scontrol ping
   fi
-  if ! alive slurmd slurmd; then
-    slurmd -N localhost
-  fi
+  for name in $names; do start_slurmd "$name"; done
+  echo "$nodes" >"$STATE/nodes"
   wait_for 30 "the cluster in the accounting database" bash -c \
     'sacctmgr -n -P list cluster format=cluster | grep -qx localcluster'
   sacctmgr -i -Q add account "$ACCOUNT" >/dev/null 2>&1 || true
   sacctmgr -i -Q add user root account="$ACCOUNT" >/dev/null 2>&1 || true
-  local state
-  state=$(sinfo -h -n localhost -o %T 2>/dev/null || true)
-  case "$state" in down* | drain* | fail*) scontrol update NodeName=localhost State=RESUME ;; esac
-  wait_for 60 "node localhost to be idle" bash -c 'sinfo -h -n localhost -o %T | grep -Eq "^(idle|mixed|allocated)"'
+  for name in $names; do
+    state=$(sinfo -h -n "$name" -o %T 2>/dev/null || true)
+    case "$state" in down* | drain* | fail*) scontrol update NodeName="$name" State=RESUME ;; esac
+    wait_for 60 "node $name to be idle" bash -c "sinfo -h -n $name -o %T | grep -Eq '^(idle|mixed|allocated)'"
+  done
 }
 
 cmd_start() {
   need_root
-  local t0=$SECONDS
+  local nodes=1 t0=$SECONDS
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --nodes) nodes=${2:-} && shift 2 ;;
+      --nodes=*) nodes=${1#--nodes=} && shift ;;
+      *) die "start: unknown option '$1' (expected --nodes N)" ;;
+    esac
+  done
+  [[ "$nodes" =~ ^[1-9][0-9]?$ ]] || die "start --nodes: expected a node count from 1 to 99, got '$nodes'"
   install_packages
   host_prerequisites
-  write_configs
+  if [ "$(recorded_nodes)" != "$nodes" ] && [ "$(recorded_nodes)" != 0 ]; then
+    log "switching from $(recorded_nodes) to $nodes node(s)"
+    alive slurmctld slurmctld && { squeue -h -o %i 2>/dev/null | xargs -r scancel 2>/dev/null || true; }
+    stop_compute_nodes
+  fi
+  [ -e "$STATE/slurmd.pid" ] && alive slurmd slurmd && stop_daemon slurmd # left by an older version of this script
+  write_configs "$nodes"
+  [ "$nodes" = 1 ] || make_network "$nodes"
   start_munge
   start_mariadb
   start_slurmdbd
-  start_slurm
+  start_slurm "$nodes"
   [ "$(timeout 60 srun -N1 -n 2 --mpi=none hostname | wc -l)" = 2 ] || die "smoke test: srun -n 2 did not start 2 tasks"
-  log "cluster up in $((SECONDS - t0))s: partition debug, account $ACCOUNT, $(sinfo -h -o %c) CPUs declared on $(nproc) cores, MpiDefault=pmi2"
+  if [ "$nodes" -gt 1 ]; then
+    local seen
+    seen=$(timeout 60 srun -N "$nodes" -n "$nodes" --mpi=none hostname | sort -u | tr '\n' ' ')
+    [ "$seen" = "$(node_names "$nodes" | tr '\n' ' ')" ] || die "smoke test: srun -N $nodes ran on '$seen'"
+  fi
+  log "cluster up in $((SECONDS - t0))s: partition debug, nodes $(sinfo -h -o %N), $(sinfo -h -o %C | cut -d/ -f4) CPUs declared on $(nproc) cores, account $ACCOUNT, MpiDefault=pmi2"
 }
 
 cmd_stop() {
@@ -209,6 +332,7 @@ cmd_stop() {
   if alive slurmctld slurmctld; then
     squeue -h -o %i 2>/dev/null | xargs -r scancel 2>/dev/null || true
   fi
+  stop_compute_nodes
   for name in slurmd slurmctld slurmdbd mariadbd munged; do
     if alive "$name" "${name%d}"; then stop_daemon "$name"; else rm -f "$STATE/$name.pid"; fi
   done
@@ -228,17 +352,30 @@ stop_daemon() { # TERM the recorded pid, KILL after 10 s
 }
 
 cmd_status() {
-  local ok=0
-  for name in munged mariadbd slurmdbd slurmctld slurmd; do
+  local ok=0 nodes name
+  nodes=$(recorded_nodes)
+  for name in munged mariadbd slurmdbd slurmctld; do
     if alive "$name" "${name%d}"; then echo "$name: running ($(cat "$STATE/$name.pid"))"; else echo "$name: stopped"; ok=1; fi
+  done
+  if [ "$nodes" = 0 ]; then
+    echo "slurmd: stopped (no compute nodes)"
+    ok=1
+  fi
+  for name in $( [ "$nodes" = 0 ] || node_names "$nodes"); do
+    if alive "slurmd-$name" slurmd; then
+      echo "slurmd on $name: running ($(cat "$STATE/slurmd-$name.pid"))$([ "$name" = localhost ] || echo ", namespace mpinet-$name, $(node_address "$name")")"
+    else
+      echo "slurmd on $name: stopped"
+      ok=1
+    fi
   done
   [ $ok = 0 ] && sinfo -h -o "partition %P: %D node(s) %T" 2>/dev/null
   return $ok
 }
 
 case "${1:-}" in
-  start) cmd_start ;;
+  start) shift && cmd_start "$@" ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
-  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+  *) echo "usage: $0 start [--nodes N] | stop | status" >&2; exit 2 ;;
 esac
