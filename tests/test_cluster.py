@@ -29,8 +29,28 @@ def test_a_job_that_fits_passes_and_one_that_does_not_names_the_experiment_and_l
         check_fits(jobs, parts, "debug")
     assert str(e.value) == (
         "results/runs/iris/ranks~5: 5 ranks need 5 CPUs but SLURM partition 'debug' holds at most 4 "
-        "(and 1 more experiments); lower ranks in the config or choose a larger slurm_partition"
+        "(and 1 more experiments); lower ranks or nodes in the config or choose a larger slurm_partition"
     )
+
+
+def test_ranks_spread_over_nodes_must_find_the_nodes_and_fit_on_each():
+    parts, _ = parse_partitions(SCONTROL, NODES)
+    assert (parts["debug"].nodes, parts["debug"].cpus_per_node) == (3, 4)
+    assert (parts["small"].nodes, parts["capped"].cpus_per_node) == (1, 2)
+    check_fits([TrainingJob("a", 12, nodes=3), TrainingJob("b", 3, nodes=3)], parts, "debug")
+    with pytest.raises(
+        MpinetError, match="^b: 4 ranks on 4 nodes, but SLURM partition 'debug' gives a job at most 3 nodes;"
+    ):
+        check_fits([TrainingJob("b", 4, nodes=4)], parts, "debug")
+    with pytest.raises(
+        MpinetError, match="^c: 2 ranks on 2 nodes, but SLURM partition 'small' gives a job at most 1 nodes"
+    ):
+        check_fits([TrainingJob("c", 2, nodes=2, partition="small")], parts, "debug")
+    # 9 ranks on 2 nodes: 5 on one of them, more than its 4 CPUs, though the 12 CPUs of the partition would do
+    with pytest.raises(MpinetError, match="^d: 9 ranks on 2 nodes need 5 CPUs on one node but .* at most 4 per node"):
+        check_fits([TrainingJob("d", 9, nodes=2)], parts, "debug")
+    with pytest.raises(MpinetError, match="^e: 3 ranks on 2 nodes need 6 CPUs on one node"):
+        check_fits([TrainingJob("e", 3, cpus_per_rank=3, nodes=2)], parts, "debug")
 
 
 def test_an_unknown_partition_is_named():

@@ -42,10 +42,10 @@ def _cluster_up() -> bool:
     return p.returncode == 0 and any(s in p.stdout for s in ("idle", "mixed", "allocated"))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
+def wait_for_cluster():
+    """Wait for the local cluster (CI starts it beside the earlier stages); skip without one, fail in CI."""
     ci = os.environ.get("CI") == "true"
-    deadline = time.monotonic() + (600 if ci else 0)  # CI starts the cluster beside the earlier stages
+    deadline = time.monotonic() + (600 if ci else 0)
     while not _cluster_up() and time.monotonic() < deadline:
         time.sleep(2)
     if not _cluster_up():
@@ -56,6 +56,11 @@ def cluster():
         if ci:
             pytest.fail(reason)
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    wait_for_cluster()
 
 
 def slurm_cmd(*args, timeout=420, polling=FAST_POLLING):

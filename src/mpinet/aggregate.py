@@ -41,9 +41,10 @@ def load_epochs(runs: list[dict]) -> pd.DataFrame:
         m["classes"] = len(meta["data"].get("classes", []))
         m["isolation"] = meta.get("timing", {}).get("isolation", "unknown")
         m["cores"] = meta.get("cores", 0)
+        m["nodes"] = len(meta.get("hosts", [])) or 1  # the hosts the ranks ran on, not the ones asked for
         m["run_dir"] = str(d)
         frames.append(m)
-    front = [*PARAMS, "run_dir", "train_samples", "features", "classes", "isolation", "cores"]
+    front = [*PARAMS, "run_dir", "train_samples", "features", "classes", "isolation", "nodes", "cores"]
     df = pd.concat(frames, ignore_index=True)
     return df[front + [c for c in df.columns if c not in front]]
 
@@ -101,6 +102,7 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
                 "iqr_epoch_s": timed["time_s"].quantile(0.75) - timed["time_s"].quantile(0.25),
                 "median_compute_s": timed["compute_s"].median(),
                 "median_comm_s": timed["comm_s"].median(),
+                "nodes": first.get("nodes", 1),
                 "isolated": first.get("isolation", "unknown") in ISOLATED,
                 # more ranks x threads than the hosts had cores: no speedup can be expected
                 "oversubscribed": 0 < first.get("cores", 0) < first["ranks"] * first.get("blas_threads", 1),

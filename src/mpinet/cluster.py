@@ -15,6 +15,8 @@ from mpinet import MpinetError
 class Partition:
     name: str
     cpus: int  # CPUs a single job may use: all nodes' CPUs, cut by MaxNodes and MaxCPUsPerNode
+    nodes: int = 1  # nodes a single job may use: TotalNodes cut by MaxNodes
+    cpus_per_node: int = 0  # CPUs a job may use on one node (0: cpus)
 
 
 @dataclass
@@ -22,6 +24,7 @@ class TrainingJob:
     experiment: str  # the run's directory under results/runs/, which names every swept value
     ranks: int
     cpus_per_rank: int = 1
+    nodes: int | None = None  # None: SLURM places the ranks
     partition: str | None = None  # None: the cluster's default partition
 
 
@@ -41,16 +44,30 @@ def check_fits(jobs: list[TrainingJob], partitions: dict[str, Partition], defaul
         if name not in partitions:
             known = ", ".join(sorted(partitions)) or "none"
             raise MpinetError(f"{job.experiment}: SLURM partition '{name}' does not exist (partitions: {known})")
-        need = job.ranks * job.cpus_per_rank
-        if need > partitions[name].cpus:
-            too_big.append((job, need, partitions[name]))
+        if problem := _shortfall(job, partitions[name]):
+            too_big.append(problem)
     if too_big:
-        job, need, part = too_big[0]
         more = f" (and {len(too_big) - 1} more experiments)" if len(too_big) > 1 else ""
-        raise MpinetError(
-            f"{job.experiment}: {job.ranks} ranks need {need} CPUs but SLURM partition '{part.name}' "
-            f"holds at most {part.cpus}{more}; lower ranks in the config or choose a larger slurm_partition"
+        raise MpinetError(f"{too_big[0]}{more}; lower ranks or nodes in the config or choose a larger slurm_partition")
+
+
+def _shortfall(job: TrainingJob, part: Partition) -> str | None:
+    """What of a job its partition cannot hold, in words, or None."""
+    need = job.ranks * job.cpus_per_rank
+    where = f"{job.experiment}: {job.ranks} ranks"
+    if need > part.cpus:
+        return f"{where} need {need} CPUs but SLURM partition '{part.name}' holds at most {part.cpus}"
+    if job.nodes is None:
+        return None
+    if job.nodes > part.nodes:
+        return f"{where} on {job.nodes} nodes, but SLURM partition '{part.name}' gives a job at most {part.nodes} nodes"
+    per_node = -(-job.ranks // job.nodes) * job.cpus_per_rank  # the fullest node of an even spread
+    if per_node > (part.cpus_per_node or part.cpus):
+        return (
+            f"{where} on {job.nodes} nodes need {per_node} CPUs on one node but SLURM partition "
+            f"'{part.name}' has at most {part.cpus_per_node or part.cpus} per node"
         )
+    return None
 
 
 def partitions() -> tuple[dict[str, Partition], str | None]:
@@ -71,9 +88,11 @@ def parse_partitions(text: str, node_cpus: dict[str, int]) -> tuple[dict[str, Pa
         if fields.get("MaxCPUsPerNode", "UNLIMITED").isdigit():
             per_node = min(per_node, int(fields["MaxCPUsPerNode"]))
             cpus = min(cpus, per_node * int(fields.get("TotalNodes", "1")))
+        nodes = int(fields.get("TotalNodes", "1"))
         if fields.get("MaxNodes", "UNLIMITED").isdigit():
             cpus = min(cpus, per_node * int(fields["MaxNodes"]))
-        found[name] = Partition(name, cpus)
+            nodes = min(nodes, int(fields["MaxNodes"]))
+        found[name] = Partition(name, cpus, nodes, per_node)
         if fields.get("Default") == "YES":
             default = name
     return found, default

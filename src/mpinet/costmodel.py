@@ -190,11 +190,14 @@ def model_error(runs: pd.DataFrame, link: Link) -> pd.Series:
 
 
 def bench(comm, max_bytes: int, repeats: int = 20) -> pd.DataFrame:
-    """Ping-pong between ranks 0 and 1 (one-way seconds = half the round trip, median of `repeats`)
-    for message sizes from 8 bytes up to max_bytes, and MPI_Allreduce over all ranks."""
+    """Ping-pong between the first and the last rank (one-way seconds = half the round trip, median
+    of `repeats`) for message sizes from 8 bytes up to max_bytes, and MPI_Allreduce over all ranks.
+    The last rank, not rank 1: srun places ranks block-wise, so on several nodes the first and the
+    last are on different nodes and the ping-pong measures the link between nodes."""
     from mpi4py import MPI
 
     sizes = [8 << k for k in range(0, 40) if 8 << k <= max_bytes] + [max_bytes]
+    last = comm.size - 1
     rows = []
     for size in sorted(set(sizes)):
         buf = np.zeros(size // 8, dtype=np.float64)
@@ -203,9 +206,9 @@ def bench(comm, max_bytes: int, repeats: int = 20) -> pd.DataFrame:
             comm.Barrier()
             t = MPI.Wtime()
             if comm.rank == 0:
-                comm.Send(buf, dest=1)
-                comm.Recv(buf, source=1)
-            elif comm.rank == 1:
+                comm.Send(buf, dest=last)
+                comm.Recv(buf, source=last)
+            elif comm.rank == last:
                 comm.Recv(buf, source=0)
                 comm.Send(buf, dest=0)
             times.append((MPI.Wtime() - t) / 2)

@@ -18,8 +18,12 @@ DEFAULTS = {
     **{f.name: list(f.default) if isinstance(f.default, tuple) else f.default for f in fields(Options)},
     "repeat": 1,
 }
-# What a sweep may say: the dataset, every column but `repeat` (a sweep gives the count, `repeats`).
-SWEEP_KEYS = ("dataset", *(c for c in COLUMNS if c != "repeat"), "repeats")
+# Where a run's ranks go (SLURM's --nodes; None: SLURM decides): a property of the launch that
+# changes timings but never the numbers, so it is a column of the table but not of the run's path.
+PLACEMENT = ("nodes",)
+# What a sweep may say: the dataset, every column but `repeat` (a sweep gives the count, `repeats`),
+# and the placement.
+SWEEP_KEYS = ("dataset", *(c for c in COLUMNS if c != "repeat"), "repeats", *PLACEMENT)
 # Columns that describe a launch of an experiment rather than the experiment itself.
 LAUNCH = ("seed", "repeat")
 # Columns besides design, ranks and launch: when a study varies some, each value set is a variant.
@@ -48,11 +52,13 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
                 raise MpinetError(f"{where}.dataset: '{name}' is not defined under datasets ({', '.join(datasets)})")
         values = {k: _as_list(k, sweep.get(k, DEFAULTS.get(k))) for k in ("dataset", *COLUMNS)}
         values["repeat"] = list(range(1, int(sweep.get("repeats", 1)) + 1))
+        nodes = sweep.get("nodes")
         before = len(rows)
         for combo in itertools.product(*values.values()):
             row = dict(zip(values, combo))
             if _possible(row, where):
-                rows.append(row)
+                # a node holds at least one rank: a sweep's 1-rank baseline with `nodes: 4` runs on one
+                rows.append({**row, "nodes": None if nodes is None or row["ranks"] == 1 else min(nodes, row["ranks"])})
         if len(rows) == before:
             raise MpinetError(
                 f"{where}: no runnable combination (serial runs on 1 rank, paramserver needs at least 2 "
@@ -60,9 +66,26 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
             )
     if not rows:
         raise MpinetError("experiments: the list is empty; add at least one sweep")
-    df = pd.DataFrame(rows, columns=["dataset", *COLUMNS]).drop_duplicates(ignore_index=True)
+    df = pd.DataFrame(rows, columns=["dataset", *COLUMNS, *PLACEMENT]).drop_duplicates(ignore_index=True)
+    df["nodes"] = df["nodes"].astype("Int64")
     df["hidden"] = df["hidden"].map(lambda h: "-".join(str(n) for n in h))
+    _check_one_placement(df)
     return df
+
+
+def _check_one_placement(df: pd.DataFrame) -> None:
+    """Two placements of one experiment would share its run directory (placement is not in the path)."""
+    key = ["dataset", *COLUMNS]
+    clash = df[df.duplicated(key, keep=False)]
+    if not clash.empty:
+        row = clash.iloc[0]
+        same = clash[(clash[key] == row[key]).all(axis=1)]
+        placements = " and ".join(sorted(str(n) if pd.notna(n) else "null" for n in same["nodes"]))
+        raise MpinetError(
+            f"experiments: {row['dataset']} {row['algorithm']} on {row['ranks']} ranks (seed {row['seed']}) is "
+            f"listed with nodes {placements}; placement does not change the numbers and is not part of the "
+            "run's path, so both would share one run directory: give the experiment one nodes value"
+        )
 
 
 def train_arguments(row: dict) -> str:

@@ -55,7 +55,15 @@ EVAL_BATCH = 1024
 # one-at-a-time: the workflow ran no other training job beside this one (local runs);
 # exclusive-node: SLURM gave the job whole nodes; shared: neither; unknown: started by hand
 ISOLATION = ("one-at-a-time", "exclusive-node", "shared", "unknown")
-SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "SLURM_MPI_TYPE", "SLURM_CLUSTER_NAME")
+SLURM_VARIABLES = (
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_STEP_NUM_NODES",
+    "SLURM_STEP_NODELIST",
+    "SLURM_MPI_TYPE",
+    "SLURM_CLUSTER_NAME",
+)
 
 
 def _option(default, help: str, choices: tuple[str, ...] | None = None):
@@ -476,7 +484,8 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
     meta = {
         "ranks": comm.size,
         "data_ranks": data_ranks(opts.algorithm, comm.size),
-        "hosts": sorted(cores),
+        "hosts": sorted(cores),  # each rank's own host name: where the ranks really ran
+        "nodes": len(cores),
         "cores": sum(int(n) for n in cores.values()),  # on all the hosts the ranks ran on
         "data": {
             "path": str(data_dir),

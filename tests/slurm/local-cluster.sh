@@ -32,6 +32,14 @@ PACKAGES=(munge slurm-wlm slurmdbd mariadb-server libpmix-dev iproute2 util-linu
 BRIDGE=mpinet-br0
 SUBNET=10.213.7
 MARK="# mpinet local-cluster"
+# Tasks on several nodes use MPICH's OFI netmod (libfabric's tcp provider) instead of the PyPI
+# wheel's default UCX: UCX business cards are ~9 KB, MPICH sends them through PMI-1 "put" requests,
+# and SLURM 22.05's pmi2 plugin here now and then reads such a request in two pieces ("mpi/pmi2: value
+# not properly terminated in client request"), so MPI_Init fails in about half of the jobs whose
+# srun runs on a compute node. OFI's addresses are a few bytes. README: "Across nodes".
+TASK_PROLOG='#!/bin/sh
+echo export MPIR_CVAR_CH4_NETMOD=ofi
+echo export FI_PROVIDER=tcp'
 DB_PASS_FILE=$STATE/db-password
 
 log() { printf '[local-cluster %s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -109,6 +117,16 @@ write_configs() { # write_configs NODES
     mem_mb=$((mem_mb / nodes))
     ctld="$(hostname)($SUBNET.1)" # slurmctld insists on its own hostname; the address is the bridge's
   fi
+  local task_prolog=""
+  if [ "$nodes" -gt 1 ]; then
+    # This cluster's site setting for MPI across nodes (see TASK_PROLOG): a task prolog's
+    # "export" lines reach every task, whatever environment the job was submitted with.
+    printf '%s\n' "$TASK_PROLOG" >"$CONF/mpinet-task-prolog.sh"
+    chmod 755 "$CONF/mpinet-task-prolog.sh"
+    task_prolog="TaskProlog=$CONF/mpinet-task-prolog.sh"
+  else
+    rm -f "$CONF/mpinet-task-prolog.sh"
+  fi
   for name in $(node_names "$nodes"); do
     node_lines+="NodeName=$name NodeAddr=$(node_address "$name") CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN"$'\n'
   done
@@ -147,6 +165,7 @@ AccountingStorageEnforce=associations
 JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
 AccountingStoreFlags=job_comment
+${task_prolog}
 ${node_lines}PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP DefMemPerCPU=500
 CONFEOF
   if cmp -s "$CONF/slurm.conf.new" "$CONF/slurm.conf"; then
@@ -203,8 +222,9 @@ remove_network() { # namespaces (and the processes still in them), links, bridge
     log "removed network namespace $ns"
   done
   for link in $(ip -o link show 2>/dev/null | awk -F': ' '$2 ~ /^veth-node/ {sub(/@.*/, "", $2); print $2}'); do
-    ip link delete "$link"
+    ip link delete "$link" 2>/dev/null || true # the kernel may just be removing it with its namespace
   done
+  wait_for 10 "the nodes' links to go" bash -c '! ip -o link show | grep -q veth-node'
   if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link delete "$BRIDGE" && log "removed bridge $BRIDGE"; fi
   if grep -q "$MARK" /etc/hosts; then # in place: /etc/hosts may be a bind mount
     local kept
@@ -220,9 +240,12 @@ start_slurmd() { # start_slurmd NAME: the node's slurmd, in its namespace unless
   if [ "$name" = localhost ]; then
     slurmd -N localhost
   else
-    # `ip netns exec` remounts /sys, so the cgroup hierarchy is mounted again in its mount namespace
+    # `ip netns exec` gives the node its own mount namespace and remounts /sys there, so the cgroup
+    # hierarchy is mounted again; /dev/shm becomes the node's own, as on a real node (MPICH puts its
+    # node-local segments there: nodes sharing one /dev/shm break MPI_Init now and then)
     ip netns exec "mpinet-$name" unshare --uts bash -c \
-      "hostname $name; $(declare -f mount_cgroup); mount_cgroup; exec slurmd -N $name"
+      "hostname $name; $(declare -f mount_cgroup); mount_cgroup;
+       mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm; exec slurmd -N $name"
   fi
 }
 
@@ -339,6 +362,7 @@ cmd_stop() {
   for f in slurm.conf slurmdbd.conf; do
     if grep -qs "mpinet" "$CONF/$f" || [ -e "$STATE/wrote-$f" ]; then rm -f "$CONF/$f" "$STATE/wrote-$f"; fi
   done
+  rm -f "$CONF/mpinet-task-prolog.sh"
 }
 
 stop_daemon() { # TERM the recorded pid, KILL after 10 s

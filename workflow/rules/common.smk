@@ -2,6 +2,8 @@ import os
 import time
 from pathlib import Path
 
+import pandas as pd
+
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import Paramspace, validate
 
@@ -104,6 +106,12 @@ def on_slurm():
     return plugin is not None and plugin.name == "slurm"
 
 
+def in_slurm_job():
+    """Whether this is the Snakemake inside a SLURM job (for an MPI job the plugin runs the rule with
+    the local executor there): a resource must come out the same as at submission."""
+    return "SLURM_JOB_ID" in os.environ
+
+
 def run_dirs():
     """results/runs/<dataset>/<grid path> of every experiment, in table order."""
     return [f"{RUNS_ROOT}/{g}" for g in GRID_PATHS]
@@ -174,6 +182,12 @@ def get_ranks(wildcards):
     return int(wildcards.ranks)
 
 
+def get_nodes(wildcards):
+    """Nodes a training job's ranks are spread over (--nodes on SLURM); None lets SLURM place them."""
+    nodes = RUN_ROWS[grid_path(wildcards)]["nodes"]
+    return None if pd.isna(nodes) else int(nodes)
+
+
 def get_blas_threads(wildcards):
     """BLAS threads per rank: --cpus-per-task on SLURM."""
     return int(wildcards.blas_threads)
@@ -214,9 +228,16 @@ def get_bench_ranks(wildcards):
     """Ranks of the MPI microbenchmark: the study's largest count; locally no more than the cores
     here (a rank waiting on an oversubscribed core would slow the ping-pong it is timing)."""
     largest = int(EXPERIMENTS["ranks"].max())
-    if on_slurm():
+    if on_slurm() or in_slurm_job():
         return max(2, largest)
     return max(2, min(largest, os.cpu_count() or 2))
+
+
+def get_bench_nodes(wildcards):
+    """Nodes of the MPI microbenchmark: as many as the study's widest spread (None: SLURM places it),
+    so its ping-pong between the first and the last rank crosses the link those runs use."""
+    nodes = EXPERIMENTS["nodes"].max()
+    return None if pd.isna(nodes) else int(nodes)
 
 
 def get_train_slots(wildcards):
@@ -273,6 +294,7 @@ def check_slurm_fit():
             f"{RUNS_ROOT}/{grid_path(job.wildcards)}",
             int(job.wildcards.ranks),
             int(job.wildcards.blas_threads),
+            nodes=job.resources.get("nodes"),
             partition=job.resources.get("slurm_partition"),
         )
         for job in workflow.dag.needrun_jobs()

@@ -62,6 +62,7 @@ rule train_mpi:
     resources:
         mpi=get_mpi_launcher,
         tasks=get_ranks,
+        nodes=get_nodes,
         mem_mb_per_cpu=get_mem_per_cpu,
         cpus_per_task=get_blas_threads,
         train_slots=get_train_slots,
@@ -94,6 +95,7 @@ rule commbench:
     resources:
         mpi=get_mpi_launcher,
         tasks=get_bench_ranks,
+        nodes=get_bench_nodes,
         train_slots=get_train_slots,
         isolation=get_isolation,
     params:

@@ -1,0 +1,195 @@
+"""MPI jobs across nodes: the local cluster in its multi-node mode (`local-cluster.sh start --nodes 3`:
+three network namespaces with their own hostname, address and slurmd), driven through the profile.
+
+The module switches the running cluster to three nodes and back to the mode it found at the end;
+its last test stops the cluster, checks nothing is left, and starts it again.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import REPO, env
+from test_slurm import _since, on_slurm, sacct_jobs, slurm_cmd, wait_for_cluster
+from test_workflow import SNAKEMAKE, copy_repo, planned, write_config
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
+
+SCRIPT = REPO / "tests/slurm/local-cluster.sh"
+NODES = 3
+DATASETS = {"iris": {"source": "data/iris.csv", "format": "csv"}}
+F64 = {"dataset": "iris", "hidden": [8], "dtype": "float64", "epochs": 40}
+SPREAD = [
+    {**F64, "algorithm": "allreduce", "ranks": 2, "nodes": 2},
+    {**F64, "algorithm": "paramserver", "ranks": 3, "nodes": 3},
+]
+# long enough on the namespaced nodes for a checkpoint (every 10 s) before the kill
+LONG = {**F64, "algorithm": "allreduce", "ranks": 2, "nodes": 2, "epochs": 6000, "seed": 3}
+
+
+def cluster_script(*args, timeout=300):
+    p = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"local-cluster.sh {' '.join(args)} failed:\n{p.stdout}\n{p.stderr[-3000:]}"
+    return p
+
+
+def node_count() -> int:
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout
+    return len(set(out.split()))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nodes():
+    wait_for_cluster()
+    if os.geteuid() != 0:
+        pytest.skip("switching the local cluster to several nodes needs root")
+    before = node_count()
+    cluster_script("start", "--nodes", str(NODES))
+    yield
+    cluster_script("start", "--nodes", str(before))
+
+
+@pytest.fixture(scope="module")
+def spread_run(tmp_path_factory):
+    """The SPREAD experiments on SLURM and the same ones locally under mpiexec."""
+    wd = copy_repo(tmp_path_factory.mktemp("nodes"))
+    write_config(wd, {"datasets": DATASETS, "experiments": SPREAD})
+    since = _since()
+    on_slurm(wd)
+    local = copy_repo(tmp_path_factory.mktemp("local"))
+    write_config(local, {"datasets": DATASETS, "experiments": SPREAD})
+    run_locally(local)
+    return wd, local, since
+
+
+def run_locally(wd):
+    cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml"]
+    subprocess.run(cmd, cwd=wd, check=True, env=env(), capture_output=True, timeout=600)
+
+
+def run_of(wd, algorithm, seed=1) -> Path:
+    return next(p for p in (wd / "results/runs").glob(f"**/algorithm~{algorithm}/**/seed~{seed}/repeat~1"))
+
+
+def params(run: Path) -> np.ndarray:
+    with np.load(run / "weights.npz") as w:
+        return w["params"]
+
+
+@pytest.mark.parametrize("algorithm,ranks", [("allreduce", 2), ("paramserver", 3)])
+def test_ranks_run_on_as_many_hosts_as_nodes_asked_and_give_the_local_weights(spread_run, algorithm, ranks):
+    wd, local, since = spread_run
+    run = run_of(wd, algorithm)
+    meta = json.loads((run / "run.json").read_text())
+    expected = [f"node{i}" for i in range(1, ranks + 1)]
+    assert meta["hosts"] == expected and meta["nodes"] == ranks  # each rank's own hostname
+    assert meta["slurm"]["SLURM_STEP_NUM_NODES"] == str(ranks)
+    job = sacct_jobs(since).set_index("job").loc[meta["slurm"]["SLURM_JOB_ID"]]
+    assert job["state"] == "COMPLETED"
+    nodelist = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", meta["slurm"]["SLURM_JOB_ID"], "-o", "NNodes"], capture_output=True, text=True
+    ).stdout.split()
+    assert nodelist == [str(ranks)]  # --nodes reached sbatch
+    mine, theirs = params(run), params(local / run.relative_to(wd))
+    assert mine.dtype == np.float64
+    np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-10)
+    runs = pd.read_csv(wd / "results/test/metrics/runs.csv")
+    assert runs.set_index("algorithm").loc[algorithm, "nodes"] == ranks
+
+
+def test_the_microbenchmark_spans_the_studys_nodes(spread_run):
+    wd, _, since = spread_run
+    jobs = sacct_jobs(since)
+    bench = jobs[jobs["comment"] == "rule_commbench"]
+    assert len(bench) == 1
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", bench["job"].iloc[0], "-o", "NNodes"], capture_output=True, text=True
+    )
+    assert out.stdout.split() == [str(NODES)]
+    assert set(pd.read_csv(wd / "results/test/metrics/commbench.csv")["ranks"]) == {3}
+
+
+def _kill_ranks_on_one_node(job: str) -> tuple[str, float]:
+    """SIGKILL the job's training ranks on its second node (not the batch host): the node's share of
+    the job dies at once, as in a crash. Returns the node and the time of the kill."""
+    out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%N"], capture_output=True, text=True).stdout.strip()
+    hosts = subprocess.run(["scontrol", "show", "hostnames", out], capture_output=True, text=True).stdout.split()
+    node = hosts[1]
+    pids = subprocess.run(["ip", "netns", "pids", f"mpinet-{node}"], capture_output=True, text=True).stdout.split()
+    ranks = [p for p in pids if b"mpinet.train" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert ranks, f"no training rank of job {job} on {node}"
+    for pid in ranks:
+        os.kill(int(pid), signal.SIGKILL)
+    return node, time.time()
+
+
+def test_a_node_losing_its_ranks_ends_the_job_and_the_retry_resumes_bit_identically(spread_run, tmp_path):
+    wd, _, _ = spread_run
+    write_config(wd, {"datasets": DATASETS, "experiments": [*SPREAD, LONG]})
+    plan = planned(wd)
+    assert plan.get("train_mpi") == 1 and "train_single" not in plan  # the finished experiments stay
+    since = _since()
+    proc = subprocess.Popen(
+        slurm_cmd(timeout=600), cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env()
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not list((wd / "results/checkpoints").rglob("checkpoint.npz")):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"no checkpoint appeared:\n{proc.communicate(timeout=60)[0][-3000:]}")
+            time.sleep(0.5)
+        queue = subprocess.run(["squeue", "-h", "-o", "%i %k"], capture_output=True, text=True).stdout
+        job = next(line.split()[0] for line in queue.splitlines() if "rule_train" in line)
+        node, killed = _kill_ranks_on_one_node(job)
+        out, _ = proc.communicate(timeout=660)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-3000:]
+    jobs = sacct_jobs(since)
+    train = jobs[jobs["comment"].str.startswith("rule_train")]
+    # only the long experiment was submitted: twice, the first attempt failed, the retry finished
+    assert len(train) == 2 and train["comment"].str.contains("_6000_").all(), jobs
+    assert train["state"].tolist() == ["FAILED", "COMPLETED"], jobs
+    ended = datetime.fromisoformat(train["end"].iloc[0]).timestamp()
+    assert ended - killed < 60, f"the job ran on for {ended - killed:.0f} s after its ranks on {node} died"
+    run = run_of(wd, "allreduce", seed=3)
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["resumed_from_epoch"] > 0 and meta["nodes"] == 2
+    assert pd.read_csv(run / "metrics.csv")["epoch"].tolist() == list(range(1, 6001))
+
+    local = copy_repo(tmp_path)
+    write_config(local, {"datasets": DATASETS, "experiments": [LONG]})
+    run_locally(local)
+    assert np.array_equal(params(run), params(local / run.relative_to(wd)))  # bit-identical
+
+
+def test_stop_leaves_no_namespace_link_hosts_line_or_daemon_and_start_comes_back():
+    cluster_script("stop")
+    assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.strip() == ""
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    assert "mpinet" not in links and "veth-node" not in links
+    assert "mpinet" not in Path("/etc/hosts").read_text()
+    daemons = subprocess.run(
+        ["pgrep", "-l", "-f", "slurmd|slurmctld|slurmdbd|munged|mariadbd"], capture_output=True, text=True
+    )
+    assert daemons.stdout.strip() == "", daemons.stdout
+    assert not Path("/etc/slurm/slurm.conf").exists()
+    status = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True, text=True)
+    assert status.returncode != 0 and "slurmctld: stopped" in status.stdout
+    cluster_script("stop")  # idempotent
+    cluster_script("start", "--nodes", str(NODES))
+    assert node_count() == NODES
+    assert "slurmd on node3: running" in cluster_script("status").stdout
+    addresses = subprocess.run(
+        ["ip", "-n", "mpinet-node2", "-br", "addr", "show", "eth0"], capture_output=True, text=True
+    )
+    assert "10.213.7.12/24" in addresses.stdout
