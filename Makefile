@@ -12,7 +12,7 @@ STUDY = $$(python -m mpinet.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup run slurm-run status leftovers squeue report test lint benchmark install-profile clean help
+.PHONY: setup run slurm-run status leftovers squeue report test lint benchmark benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first)"
@@ -25,6 +25,7 @@ help:
 	@echo "make test             set up .venv, then ruff, snakefmt, snakemake --lint and the whole pytest suite"
 	@echo "make lint             only the linters (ruff, ruff format --check, snakefmt --check, snakemake --lint)"
 	@echo "make benchmark        the performance benchmarks (print tables; bench.py also writes benchmarks/results/)"
+	@echo "make benchmark-nodes  on a SLURM cluster with 2 free nodes: a 2-rank run on one node against two"
 	@echo "make install-profile  link profiles/slurm to ~/.config/snakemake/slurm (then: snakemake --profile slurm)"
 	@echo "make clean            remove results/, resources/ and logs/ (keeps .venv)"
 
@@ -81,6 +82,10 @@ benchmark: setup
 	python benchmarks/decode.py
 	python benchmarks/checkpoint.py
 	python benchmarks/bench.py
+
+# OPENBLAS_* unset inside the command only: srun passes the environment on to the ranks
+benchmark-nodes: setup
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/nodes.py
 
 install-profile:
 	mkdir -p $(HOME)/.config/snakemake

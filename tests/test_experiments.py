@@ -1,3 +1,4 @@
+import pandas as pd
 import pytest
 
 from mpinet import MpinetError
@@ -83,3 +84,28 @@ def test_repeats_are_separate_launches_in_rounds_with_designs_side_by_side():
         ("allreduce", 2),
         ("serial", 1),
     }  # one configuration's designs side by side
+
+
+def test_nodes_is_a_placement_outside_the_run_path_capped_at_one_node_per_rank():
+    from mpinet.experiments import COLUMNS
+
+    df = expand_sweeps(
+        [{"dataset": "iris", "algorithm": ["serial", "allreduce"], "ranks": [1, 2, 4], "nodes": 3}], DATASETS
+    )
+    placed = {(a, r): n for a, r, n in zip(df["algorithm"], df["ranks"], df["nodes"])}
+    # a 1-rank baseline runs on one node (no --nodes), 2 ranks on 2 nodes, 4 ranks on the 3 asked for
+    assert placed[("serial", 1)] is pd.NA and placed[("allreduce", 2)] == 2 and placed[("allreduce", 4)] == 3
+    assert "nodes" not in COLUMNS  # the same numbers wherever the ranks run: not a level of the path
+    unset = expand_sweeps([{"dataset": "iris", "algorithm": "allreduce", "ranks": 2}], DATASETS)
+    assert unset["nodes"].isna().all()  # SLURM decides
+
+
+def test_one_experiment_with_two_placements_is_refused_naming_both():
+    sweeps = [
+        {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "nodes": 2},
+        {"dataset": "iris", "algorithm": ["allreduce", "paramserver"], "ranks": 2},
+    ]
+    with pytest.raises(MpinetError, match=r"iris allreduce on 2 ranks \(seed 1\) is listed with nodes 2 and null"):
+        expand_sweeps(sweeps, DATASETS)
+    # the same placement twice is the same experiment, listed once
+    assert len(expand_sweeps([sweeps[0], sweeps[0]], DATASETS)) == 1

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -116,6 +117,16 @@ def test_the_microbenchmark_spans_the_studys_nodes(spread_run):
     assert set(pd.read_csv(wd / "results/test/metrics/commbench.csv")["ranks"]) == {3}
 
 
+def test_more_nodes_than_the_partition_has_are_refused_before_submission(tmp_path):
+    wd = copy_repo(tmp_path)
+    write_config(wd, {"datasets": DATASETS, "experiments": [{**F64, "algorithm": "allreduce", "ranks": 4, "nodes": 4}]})
+    since = _since()
+    p = on_slurm(wd, check=False, timeout=120)
+    assert p.returncode != 0
+    assert f"4 ranks on 4 nodes, but SLURM partition 'debug' gives a job at most {NODES} nodes" in p.stdout + p.stderr
+    assert sacct_jobs(since).empty
+
+
 def _kill_ranks_on_one_node(job: str) -> tuple[str, float]:
     """SIGKILL the job's training ranks on its second node (not the batch host): the node's share of
     the job dies at once, as in a crash. Returns the node and the time of the kill."""
@@ -172,6 +183,15 @@ def test_a_node_losing_its_ranks_ends_the_job_and_the_retry_resumes_bit_identica
     assert np.array_equal(params(run), params(local / run.relative_to(wd)))  # bit-identical
 
 
+def test_the_nodes_benchmark_times_one_node_against_two():
+    cmd = [sys.executable, str(REPO / "benchmarks/nodes.py"), "--train", "64", "--epochs", "2", "--repeats", "1"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env())
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = {line.split()[0]: line.split() for line in p.stdout.splitlines() if line[:5].strip() in ("1", "2")}
+    assert rows["1"][1] == "node1" and rows["2"][1] == "node1,node2"
+    assert all(float(rows[n][2]) > 0 for n in rows) and "two nodes / one node:" in p.stdout
+
+
 def test_stop_leaves_no_namespace_link_hosts_line_or_daemon_and_start_comes_back():
     cluster_script("stop")
     assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.strip() == ""
@@ -187,6 +207,8 @@ def test_stop_leaves_no_namespace_link_hosts_line_or_daemon_and_start_comes_back
     assert status.returncode != 0 and "slurmctld: stopped" in status.stdout
     cluster_script("stop")  # idempotent
     cluster_script("start", "--nodes", str(NODES))
+    again = cluster_script("start", "--nodes", str(NODES))  # idempotent: nothing restarted
+    assert "stopped" not in again.stderr and "cluster up" in again.stderr
     assert node_count() == NODES
     assert "slurmd on node3: running" in cluster_script("status").stdout
     addresses = subprocess.run(

@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -153,6 +154,21 @@ def test_adding_a_rank_count_schedules_only_the_new_experiments(workdir):
         write_config(workdir, TINY)
 
 
+def test_a_placement_retrains_nothing_and_local_runs_record_their_one_host(workdir):
+    cfg = yaml.safe_load(yaml.safe_dump(TINY))
+    cfg["experiments"][0]["nodes"] = 2
+    write_config(workdir, cfg)
+    try:
+        jobs = planned(workdir)
+        assert "train_single" not in jobs and "train_mpi" not in jobs  # the numbers would not change
+    finally:
+        write_config(workdir, TINY)
+    runs = pd.read_csv(workdir / "results/test/metrics/runs.csv")
+    assert (runs["nodes"] == 1).all()  # locally every rank runs here, whatever nodes says
+    meta = json.loads(next((workdir / "results/runs").glob("iris/algorithm~allreduce/ranks~2/**/run.json")).read_text())
+    assert meta["nodes"] == 1 and meta["hosts"] == [socket.gethostname()]
+
+
 def test_code_edits_rerun_exactly_the_jobs_that_use_the_code(workdir):
     plots = workdir / "src/mpinet/plots.py"
     model = workdir / "src/mpinet/model.py"
@@ -184,6 +200,13 @@ def test_code_edits_rerun_exactly_the_jobs_that_use_the_code(workdir):
         (lambda c: c["datasets"].update({"c++": c["datasets"]["iris"]}), "'c++' does not match"),
         (lambda c: c["datasets"].update({7: c["datasets"]["iris"]}), "7 is not of type 'string'"),
         (lambda c: c["experiments"][0].update(epochs=5.0), "experiments[0].epochs: 5.0 is not valid"),
+        (lambda c: c["experiments"][0].update(nodes=0), "experiments[0].nodes: 0 is less than the minimum of 1"),
+        (
+            lambda c: c["experiments"].append(
+                {**c["experiments"][0], "algorithm": "allreduce", "ranks": 2, "nodes": 2}
+            ),
+            "is listed with nodes 2 and null",
+        ),
         (lambda c: c["datasets"]["images"].update(image_size=32.0), "image_size: 32.0 is not of type 'integer'"),
         (lambda c: c["datasets"]["images"].update(image_size=100000), "100000 is greater than the maximum of 2048"),
         (
