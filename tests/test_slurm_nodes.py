@@ -92,6 +92,8 @@ def test_ranks_run_on_as_many_hosts_as_nodes_asked_and_give_the_local_weights(sp
     expected = [f"node{i}" for i in range(1, ranks + 1)]
     assert meta["hosts"] == expected and meta["nodes"] == ranks  # each rank's own hostname
     assert meta["slurm"]["SLURM_STEP_NUM_NODES"] == str(ranks)
+    # the bundled cluster's task prolog picks MPICH's OFI network module; the run says so
+    assert meta["environment"]["MPIR_CVAR_CH4_NETMOD"] == "ofi" and meta["environment"]["FI_PROVIDER"] == "tcp"
     job = sacct_jobs(since).set_index("job").loc[meta["slurm"]["SLURM_JOB_ID"]]
     assert job["state"] == "COMPLETED"
     nodelist = subprocess.run(

@@ -55,6 +55,17 @@ EVAL_BATCH = 1024
 # one-at-a-time: the workflow ran no other training job beside this one (local runs);
 # exclusive-node: SLURM gave the job whole nodes; shared: neither; unknown: started by hand
 ISOLATION = ("one-at-a-time", "exclusive-node", "shared", "unknown")
+# Settings that change timings without changing a number: BLAS kernels, and MPICH's network module
+# and transport (a run across nodes over TCP and one over InfiniBand are different measurements)
+RECORDED_ENVIRONMENT = (
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "MPIR_CVAR_CH4_NETMOD",
+    "FI_PROVIDER",
+    "FI_TCP_IFACE",
+    "UCX_TLS",
+    "UCX_NET_DEVICES",
+)
 SLURM_VARIABLES = (
     "SLURM_JOB_ID",
     "SLURM_STEP_ID",
@@ -503,7 +514,7 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
             if i.get("user_api") == "blas"
         ],
         "blas_threads": opts.blas_threads,
-        "environment": {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ},
+        "environment": {k: os.environ[k] for k in RECORDED_ENVIRONMENT if k in os.environ},
         # set by srun in every task it starts: shows the ranks came from SLURM, and how many
         "slurm": {k: os.environ[k] for k in SLURM_VARIABLES if k in os.environ},
     }
