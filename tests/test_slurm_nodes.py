@@ -24,6 +24,7 @@ from test_workflow import SNAKEMAKE, copy_repo, planned, write_config
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 
 SCRIPT = REPO / "tests/slurm/local-cluster.sh"
+NODE_TMP = "/var/tmp/mpinet-node-tmp"  # the nodes' own TmpFS (a mount point in each node's namespace)
 NODES = 3
 DATASETS = {"iris": {"source": "data/iris.csv", "format": "csv"}}
 F64 = {"dataset": "iris", "hidden": [8], "dtype": "float64", "epochs": 40}
@@ -195,25 +196,32 @@ def test_the_nodes_benchmark_times_one_node_against_two():
 
 
 def test_stop_leaves_no_namespace_link_hosts_line_or_daemon_and_start_comes_back():
-    cluster_script("stop")
-    assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.strip() == ""
+    stop = cluster_script("stop").stderr
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    assert "mpinet" not in links and "veth-node" not in links
-    assert "mpinet" not in Path("/etc/hosts").read_text()
     daemons = subprocess.run(
-        ["pgrep", "-l", "-f", "slurmd|slurmctld|slurmdbd|munged|mariadbd"], capture_output=True, text=True
-    )
-    assert daemons.stdout.strip() == "", daemons.stdout
-    assert not Path("/etc/slurm/slurm.conf").exists()
+        ["pgrep", "-a", "-f", "^[^ ]*(slurmd|slurmctld|slurmdbd|munged|mariadbd)( |$)"], capture_output=True, text=True
+    ).stdout
+    left = {
+        "namespaces": namespaces.strip(),
+        "links": [line for line in links.splitlines() if "mpinet" in line or "veth-node" in line],
+        "hosts lines": [line for line in Path("/etc/hosts").read_text().splitlines() if "mpinet" in line],
+        "daemons": daemons.strip(),
+        "files": [
+            f for f in ("/etc/slurm/slurm.conf", "/etc/slurm/mpinet-task-prolog.sh", NODE_TMP) if Path(f).exists()
+        ],
+    }
+    assert not any(left.values()), f"{left}\nstop said:\n{stop}"
     status = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True, text=True)
     assert status.returncode != 0 and "slurmctld: stopped" in status.stdout
     cluster_script("stop")  # idempotent
     cluster_script("start", "--nodes", str(NODES))
-    again = cluster_script("start", "--nodes", str(NODES))  # idempotent: nothing restarted
-    assert "stopped" not in again.stderr and "cluster up" in again.stderr
+    again = cluster_script("start", "--nodes", str(NODES)).stderr  # idempotent: nothing restarted
+    assert "stopped" not in again and "cluster up" in again, again
     assert node_count() == NODES
-    assert "slurmd on node3: running" in cluster_script("status").stdout
+    status = cluster_script("status").stdout
+    assert "slurmd on node3: running" in status, status
     addresses = subprocess.run(
         ["ip", "-n", "mpinet-node2", "-br", "addr", "show", "eth0"], capture_output=True, text=True
     )
-    assert "10.213.7.12/24" in addresses.stdout
+    assert "10.213.7.12/24" in addresses.stdout, addresses

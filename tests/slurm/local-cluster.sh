@@ -32,6 +32,9 @@ PACKAGES=(munge slurm-wlm slurmdbd mariadb-server libpmix-dev iproute2 util-linu
 BRIDGE=mpinet-br0
 SUBNET=10.213.7
 MARK="# mpinet local-cluster"
+# Each node's own temporary directory (TmpFS; a tmpfs mounted only in the node's mount namespace):
+# srun --mpi=pmix makes per-step directories there, which collide when nodes share /tmp.
+NODE_TMP=/var/tmp/mpinet-node-tmp
 # Tasks on several nodes use MPICH's OFI netmod (libfabric's tcp provider) instead of the PyPI
 # wheel's default UCX: UCX business cards are ~9 KB, MPICH sends them through PMI-1 "put" requests,
 # and SLURM 22.05's pmi2 plugin here now and then reads such a request in two pieces ("mpi/pmi2: value
@@ -123,7 +126,8 @@ write_configs() { # write_configs NODES
     # "export" lines reach every task, whatever environment the job was submitted with.
     printf '%s\n' "$TASK_PROLOG" >"$CONF/mpinet-task-prolog.sh"
     chmod 755 "$CONF/mpinet-task-prolog.sh"
-    task_prolog="TaskProlog=$CONF/mpinet-task-prolog.sh"
+    task_prolog="TaskProlog=$CONF/mpinet-task-prolog.sh"$'\n'"TmpFS=$NODE_TMP"
+    mkdir -p "$NODE_TMP"
   else
     rm -f "$CONF/mpinet-task-prolog.sh"
   fi
@@ -218,6 +222,7 @@ remove_network() { # namespaces (and the processes still in them), links, bridge
   local ns
   for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^mpinet-node/ {print $1}'); do
     ip netns pids "$ns" | xargs -r kill -KILL 2>/dev/null || true
+    wait_for 10 "the processes in $ns to end" bash -c "[ -z \"\$(ip netns pids $ns)\" ]"
     ip netns delete "$ns" # its end of the veth pair goes with it, and so the pair
     log "removed network namespace $ns"
   done
@@ -241,11 +246,11 @@ start_slurmd() { # start_slurmd NAME: the node's slurmd, in its namespace unless
     slurmd -N localhost
   else
     # `ip netns exec` gives the node its own mount namespace and remounts /sys there, so the cgroup
-    # hierarchy is mounted again; /dev/shm becomes the node's own, as on a real node (MPICH puts its
-    # node-local segments there: nodes sharing one /dev/shm break MPI_Init now and then)
+    # hierarchy is mounted again; /dev/shm and TmpFS become the node's own, as on a real node
     ip netns exec "mpinet-$name" unshare --uts bash -c \
       "hostname $name; $(declare -f mount_cgroup); mount_cgroup;
-       mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm; exec slurmd -N $name"
+       mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm;
+       mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs $NODE_TMP; exec slurmd -N $name"
   fi
 }
 
@@ -363,6 +368,7 @@ cmd_stop() {
     if grep -qs "mpinet" "$CONF/$f" || [ -e "$STATE/wrote-$f" ]; then rm -f "$CONF/$f" "$STATE/wrote-$f"; fi
   done
   rm -f "$CONF/mpinet-task-prolog.sh"
+  if [ -d "$NODE_TMP" ]; then rmdir "$NODE_TMP" || log "warning: $NODE_TMP not removed"; fi
 }
 
 stop_daemon() { # TERM the recorded pid, KILL after 10 s
