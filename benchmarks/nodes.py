@@ -16,27 +16,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
+from bench import make_data  # the training benchmark's random data (benchmarks/ is on sys.path)
 
 from mpinet import model
 
-SHAPE = (150 * 150 * 3, [40, 10], 6)
-
-
-def write_data(d: Path, n_train: int, n_test: int, seed: int = 0) -> None:
-    """Random standardized inputs and labels of the Intel data's shape."""
-    rng = np.random.default_rng(seed)
-    d.mkdir(parents=True)
-    features, _, classes = SHAPE
-    for split, n in (("train", n_train), ("test", n_test)):
-        x = np.lib.format.open_memmap(d / f"{split}_x.npy", mode="w+", dtype=np.float32, shape=(n, features))
-        for i in range(0, n, 256):
-            x[i : i + 256] = rng.standard_normal((min(256, n - i), features), dtype=np.float32)
-        x.flush()
-        np.save(d / f"{split}_y.npy", rng.integers(0, classes, n).astype(np.int64))
-    (d / "classes.json").write_text(json.dumps([f"c{i}" for i in range(classes)]))
-    (d / "summary.json").write_text("{}")
+SHAPE = (150 * 150 * 3, [40, 10], 6)  # the Intel net; bench.make_data draws 6 classes
 
 
 def run(data: Path, out: Path, nodes: int, args) -> dict:
@@ -61,8 +46,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     params = model.Net((SHAPE[0], *SHAPE[1], SHAPE[2])).n_params
     with tempfile.TemporaryDirectory(prefix="mpinet-nodes-", dir=args.tmp) as tmp:
-        data = Path(tmp) / "data"
-        write_data(data, args.train, 256)
+        data = make_data(Path(tmp) / "data", args.train, SHAPE[0])
         rows = []
         for r in range(args.repeats):
             for nodes in (1, 2):  # interleaved, so drift hits both placements alike

@@ -77,12 +77,21 @@ def on_slurm(wd, *args, timeout=420, check=True, polling=FAST_POLLING):
     return p
 
 
-SACCT = ["job", "state", "ntasks", "comment", "name", "submit", "start", "end"]
+SACCT = ["job", "state", "ntasks", "nnodes", "comment", "name", "submit", "start", "end"]
 
 
 def sacct_jobs(since: str) -> pd.DataFrame:
     p = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-S", since, "-o", "JobID,State,NTasks,Comment%200,JobName,Submit,Start,End"],
+        [
+            "sacct",
+            "-X",
+            "-n",
+            "-P",
+            "-S",
+            since,
+            "-o",
+            "JobID,State,NTasks,NNodes,Comment%200,JobName,Submit,Start,End",
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -195,8 +204,9 @@ def _training_job(wd, since):
     return jobs[jobs["comment"].str.startswith("rule_train") & (jobs["submit"] >= since)]
 
 
-def _interrupt_after_first_checkpoint(wd, since, action, polling=()):
-    """Start the workflow on SLURM, wait for a checkpoint, then `action(job id)`; return (output, seconds)."""
+def _interrupt_after_first_checkpoint(wd, action, polling=()):
+    """Start the workflow on SLURM, wait for a checkpoint, then `action(job id)`; return the workflow's
+    output, its exit code and what the action returned."""
     proc = subprocess.Popen(
         slurm_cmd(timeout=600, polling=polling),
         cwd=wd,
@@ -206,18 +216,19 @@ def _interrupt_after_first_checkpoint(wd, since, action, polling=()):
         env=env(),
     )
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 300
         while not list((wd / "results/checkpoints").rglob("checkpoint.npz")):
-            assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint appeared"
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"no checkpoint appeared:\n{proc.communicate(timeout=60)[0][-3000:]}")
             time.sleep(0.5)
         queue = subprocess.run(["squeue", "-h", "-o", "%i %k"], capture_output=True, text=True).stdout
-        action(next(line.split()[0] for line in queue.splitlines() if "rule_train" in line))
+        acted = action(next(line.split()[0] for line in queue.splitlines() if "rule_train" in line))
         out, _ = proc.communicate(timeout=660)
     finally:
         if proc.poll() is None:  # a failed check: SIGINT makes snakemake cancel its SLURM jobs
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=120)
-    return out
+    return out, proc.returncode, acted
 
 
 LONG = {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "hidden": [8], "dtype": "float64", "seed": 3}
@@ -229,7 +240,7 @@ def test_a_cancelled_job_is_noticed_retried_and_resumed_to_the_same_weights(tmp_
     cfg = {"datasets": CONFIG["datasets"], "experiments": [{**LONG, "epochs": 15000}]}
     write_config(wd, cfg)
     since = _since()
-    out = _interrupt_after_first_checkpoint(wd, since, lambda job: subprocess.run(["scancel", job], check=True))
+    out, _, _ = _interrupt_after_first_checkpoint(wd, lambda job: subprocess.run(["scancel", job], check=True))
     assert "Finished jobid" in out and "100%" in out, out[-3000:]
     jobs = _training_job(wd, since)
     assert jobs["state"].str.startswith("CANCELLED").tolist() == [True, False], jobs

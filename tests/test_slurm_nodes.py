@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import REPO, env
-from test_slurm import _since, on_slurm, sacct_jobs, slurm_cmd, wait_for_cluster
-from test_workflow import SNAKEMAKE, copy_repo, planned, write_config
+from test_slurm import FAST_POLLING, _interrupt_after_first_checkpoint, _since, on_slurm, sacct_jobs, wait_for_cluster
+from test_workflow import copy_repo, planned, snakemake, write_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 
@@ -67,13 +67,8 @@ def spread_run(tmp_path_factory):
     on_slurm(wd)
     local = copy_repo(tmp_path_factory.mktemp("local"))
     write_config(local, {"datasets": DATASETS, "experiments": SPREAD})
-    run_locally(local)
+    snakemake(local)
     return wd, local, since
-
-
-def run_locally(wd):
-    cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml"]
-    subprocess.run(cmd, cwd=wd, check=True, env=env(), capture_output=True, timeout=600)
 
 
 def run_of(wd, algorithm, seed=1) -> Path:
@@ -97,10 +92,7 @@ def test_ranks_run_on_as_many_hosts_as_nodes_asked_and_give_the_local_weights(sp
     assert meta["environment"]["MPIR_CVAR_CH4_NETMOD"] == "ofi" and meta["environment"]["FI_PROVIDER"] == "tcp"
     job = sacct_jobs(since).set_index("job").loc[meta["slurm"]["SLURM_JOB_ID"]]
     assert job["state"] == "COMPLETED"
-    nodelist = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-j", meta["slurm"]["SLURM_JOB_ID"], "-o", "NNodes"], capture_output=True, text=True
-    ).stdout.split()
-    assert nodelist == [str(ranks)]  # --nodes reached sbatch
+    assert job["nnodes"] == str(ranks)  # --nodes reached sbatch
     mine, theirs = params(run), params(local / run.relative_to(wd))
     assert mine.dtype == np.float64
     np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-10)
@@ -112,11 +104,7 @@ def test_the_microbenchmark_spans_the_studys_nodes(spread_run):
     wd, _, since = spread_run
     jobs = sacct_jobs(since)
     bench = jobs[jobs["comment"] == "rule_commbench"]
-    assert len(bench) == 1
-    out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-j", bench["job"].iloc[0], "-o", "NNodes"], capture_output=True, text=True
-    )
-    assert out.stdout.split() == [str(NODES)]
+    assert len(bench) == 1 and bench["nnodes"].iloc[0] == str(NODES)
     assert set(pd.read_csv(wd / "results/test/metrics/commbench.csv")["ranks"]) == {3}
 
 
@@ -150,24 +138,8 @@ def test_a_node_losing_its_ranks_ends_the_job_and_the_retry_resumes_bit_identica
     plan = planned(wd)
     assert plan.get("train_mpi") == 1 and "train_single" not in plan  # the finished experiments stay
     since = _since()
-    proc = subprocess.Popen(
-        slurm_cmd(timeout=600), cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env()
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while not list((wd / "results/checkpoints").rglob("checkpoint.npz")):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"no checkpoint appeared:\n{proc.communicate(timeout=60)[0][-3000:]}")
-            time.sleep(0.5)
-        queue = subprocess.run(["squeue", "-h", "-o", "%i %k"], capture_output=True, text=True).stdout
-        job = next(line.split()[0] for line in queue.splitlines() if "rule_train" in line)
-        node, killed = _kill_ranks_on_one_node(job)
-        out, _ = proc.communicate(timeout=660)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=120)
-    assert proc.returncode == 0, out[-3000:]
+    out, returncode, (node, killed) = _interrupt_after_first_checkpoint(wd, _kill_ranks_on_one_node, FAST_POLLING)
+    assert returncode == 0, out[-3000:]
     jobs = sacct_jobs(since)
     train = jobs[jobs["comment"].str.startswith("rule_train")]
     # only the long experiment was submitted: twice, the first attempt failed, the retry finished
@@ -182,7 +154,7 @@ def test_a_node_losing_its_ranks_ends_the_job_and_the_retry_resumes_bit_identica
 
     local = copy_repo(tmp_path)
     write_config(local, {"datasets": DATASETS, "experiments": [LONG]})
-    run_locally(local)
+    snakemake(local)
     assert np.array_equal(params(run), params(local / run.relative_to(wd)))  # bit-identical
 
 

@@ -62,10 +62,11 @@ def _shortfall(job: TrainingJob, part: Partition) -> str | None:
     if job.nodes > part.nodes:
         return f"{where} on {job.nodes} nodes, but SLURM partition '{part.name}' gives a job at most {part.nodes} nodes"
     per_node = -(-job.ranks // job.nodes) * job.cpus_per_rank  # the fullest node of an even spread
-    if per_node > (part.cpus_per_node or part.cpus):
+    capacity = part.cpus_per_node or part.cpus
+    if per_node > capacity:
         return (
             f"{where} on {job.nodes} nodes need {per_node} CPUs on one node but SLURM partition "
-            f"'{part.name}' has at most {part.cpus_per_node or part.cpus} per node"
+            f"'{part.name}' has at most {capacity} per node"
         )
     return None
 
