@@ -39,7 +39,7 @@ def small_dataset(tmp_path) -> Path:
 def iris_dataset(tmp_path_factory) -> Path:
     """The shipped canonical Iris table, prepared with the default split."""
     out = tmp_path_factory.mktemp("iris") / "data"
-    prepare_table(REPO / "data" / "iris.csv", out)
+    prepare_table(REPO / "src" / "mpinet" / "data" / "iris.csv", out)
     return out
 
 

@@ -23,7 +23,7 @@ from test_workflow import SNAKEMAKE, copy_repo, planned, write_config
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 
 CONFIG = {
-    "datasets": {"iris": {"source": "data/iris.csv", "format": "csv"}},
+    "datasets": {"iris": {"source": "bundled:iris", "format": "csv"}},
     "experiments": [
         {"dataset": "iris", "algorithm": ["serial", "allreduce", "paramserver"], "ranks": [1, 2], "epochs": 4},
     ],

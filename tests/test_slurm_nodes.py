@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 SCRIPT = REPO / "tests/slurm/local-cluster.sh"
 NODE_TMP = "/var/tmp/mpinet-node-tmp"  # the nodes' own TmpFS (a mount point in each node's namespace)
 NODES = 3
-DATASETS = {"iris": {"source": "data/iris.csv", "format": "csv"}}
+DATASETS = {"iris": {"source": "bundled:iris", "format": "csv"}}
 F64 = {"dataset": "iris", "hidden": [8], "dtype": "float64", "epochs": 40}
 SPREAD = [
     {**F64, "algorithm": "allreduce", "ranks": 2, "nodes": 2},

@@ -12,7 +12,8 @@ from conftest import env, run_train, train_cmd, weights, write_dataset
 
 from mpinet import MpinetError, dataset
 from mpinet.comm import Comm
-from mpinet.train import Options, check_options, train
+from mpinet.options import Options, check_options
+from mpinet.train import train
 
 F64 = ("--dtype", "float64")
 
@@ -31,7 +32,7 @@ def test_serial_trains_in_process_without_mpi(small_dataset):
 def test_serial_cli_never_loads_mpi(small_dataset, tmp_path):
     code = (
         "import sys; sys.modules['mpi4py'] = None\n"  # any import of mpi4py now fails
-        "from mpinet.train import main\n"
+        "from mpinet.cli import main\n"
         f"sys.exit(main(['--data', '{small_dataset}', '--out', '{tmp_path / 'o'}', '--epochs', '2']))"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60)
@@ -131,10 +132,10 @@ def test_a_rank_that_raises_ends_the_job_instead_of_hanging(small_dataset, tmp_p
     code = (
         "import sys, numpy as np\n"
         "from mpi4py import MPI\n"
-        "from mpinet import train\n"
+        "from mpinet import cli\n"
         "if MPI.COMM_WORLD.Get_rank() == 1:\n"
-        "    train.train = lambda *a, **k: (_ for _ in ()).throw(RuntimeError('rank 1 broke'))\n"
-        f"sys.exit(train.main(['--data', '{small_dataset}', '--out', '{tmp_path / 'o'}', "
+        "    cli.train = lambda *a, **k: (_ for _ in ()).throw(RuntimeError('rank 1 broke'))\n"
+        f"sys.exit(cli.main(['--data', '{small_dataset}', '--out', '{tmp_path / 'o'}', "
         "'--algorithm', 'allreduce', '--epochs', '1000']))\n"
     )
     t = time.monotonic()

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.workflow
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 TINY = {
     "datasets": {
-        "iris": {"source": "data/iris.csv", "format": "csv", "test_fraction": 0.3, "split_seed": 0},
+        "iris": {"source": "bundled:iris", "format": "csv", "test_fraction": 0.3, "split_seed": 0},
         "images": {"source": "synthetic:intel", "format": "images", "image_size": 16},
     },
     "synthetic": {"train_per_class": 8, "test_per_class": 3, "pred_count": 2, "size": 16},
@@ -50,6 +50,14 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
+def copy_env(wd: Path) -> dict:
+    """The environment with the copy's own package first on the path, so edits to it take effect."""
+    e = env()
+    if (wd / "src" / "mpinet").is_dir():
+        e["PYTHONPATH"] = str(wd / "src")
+    return e
+
+
 def write_config(wd: Path, config: dict, name="test.yaml") -> Path:
     path = wd / "config" / name
     path.write_text(yaml.safe_dump(config))
@@ -58,7 +66,7 @@ def write_config(wd: Path, config: dict, name="test.yaml") -> Path:
 
 def snakemake(wd: Path, *args, check=True, timeout=600) -> subprocess.CompletedProcess:
     cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml", *args]
-    p = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=timeout, env=env())
+    p = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=timeout, env=copy_env(wd))
     if check and p.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}")
     return p
@@ -169,21 +177,29 @@ def test_a_placement_retrains_nothing_and_local_runs_record_their_one_host(workd
     assert meta["nodes"] == 1 and meta["hosts"] == [socket.gethostname()]
 
 
-def test_code_edits_rerun_exactly_the_jobs_that_use_the_code(workdir):
-    plots = workdir / "src/mpinet/plots.py"
-    model = workdir / "src/mpinet/model.py"
-    old_plots, old_model = plots.read_text(), model.read_text()
+def test_code_edits_rerun_exactly_the_jobs_whose_numbers_they_change(workdir):
+    package = workdir / "src/mpinet"
+    old = {m: (package / m).read_text() for m in ("plots.py", "model.py", "train.py", "cli.py", "runfiles.py")}
     try:
-        plots.write_text(old_plots + "\n# edited\n")
+        (package / "plots.py").write_text(old["plots.py"] + "\n# edited\n")
         assert planned(workdir) == {"plots": 2, "all": 1}
-        plots.write_text(old_plots)
-        model.write_text(old_model + "\n# edited\n")
+        (package / "plots.py").write_text(old["plots.py"])
+        # comments, docstrings, the CLI and run.json fields decide no number: nothing retrains
+        (package / "model.py").write_text(old["model.py"] + "\n# edited\n")
+        (package / "train.py").write_text(old["train.py"].replace('"""Training:', '"""Training, reworded:', 1))
+        (package / "cli.py").write_text(old["cli.py"] + "\n\ndef unused():\n    pass\n")
+        (package / "runfiles.py").write_text(
+            old["runfiles.py"].replace('"ranks": comm.size,', '"ranks": comm.size, "x": 1,')
+        )
+        assert planned(workdir) == {}
+        # a change to the computation retrains every experiment, and nothing upstream of training
+        (package / "model.py").write_text(old["model.py"] + "\nEPS = 1e-12\n")
         jobs = planned(workdir)
         assert jobs["train_single"] == 4 and jobs["train_mpi"] == 3 and "prepare" not in jobs
     finally:
-        plots.write_text(old_plots)
-        model.write_text(old_model)
-        snakemake(workdir, "--touch")  # restore "up to date" without retraining
+        for m, text in old.items():
+            (package / m).write_text(text)
+    assert planned(workdir) == {}
 
 
 @pytest.mark.parametrize(
@@ -210,14 +226,14 @@ def test_code_edits_rerun_exactly_the_jobs_that_use_the_code(workdir):
         (lambda c: c["datasets"]["images"].update(image_size=32.0), "image_size: 32.0 is not of type 'integer'"),
         (lambda c: c["datasets"]["images"].update(image_size=100000), "100000 is greater than the maximum of 2048"),
         (
-            lambda c: c["datasets"]["iris"].update(source="data", sha256="0" * 64),
-            "config: datasets.iris.sha256: data is a folder, not one file",
+            lambda c: c["datasets"]["iris"].update(source="config", sha256="0" * 64),
+            "config: datasets.iris.sha256: config is a folder, not one file",
         ),
     ],
 )
 def test_bad_config_fails_before_any_job_with_the_key(tmp_path, change, message):
     wd = tmp_path
-    for part in ("Snakefile", "workflow", "config", "data", "src"):
+    for part in ("workflow", "config", "src"):
         src = REPO / part
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, wd / part)
     cfg = yaml.safe_load(yaml.safe_dump(TINY))
@@ -242,7 +258,7 @@ def test_interrupted_experiment_resumes_and_finished_ones_are_kept(tmp_path):
     }
     write_config(wd, cfg)
     cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml", "--keep-going"]
-    proc = subprocess.Popen(cmd, cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env())
+    proc = subprocess.Popen(cmd, cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=copy_env(wd))
     checkpoints = wd / "results" / "checkpoints"
     deadline = time.monotonic() + 300
     while not list(checkpoints.rglob("checkpoint.npz")) and time.monotonic() < deadline:
@@ -310,7 +326,7 @@ def test_intel_config_plans_offline(tmp_path):
         cwd=wd,
         capture_output=True,
         text=True,
-        env=env(),
+        env=copy_env(wd),
         timeout=120,
     )
     assert p.returncode == 0, p.stderr
@@ -343,7 +359,7 @@ def test_make_run_on_a_clean_checkout_leaves_tables_plots_and_report(tmp_path):
         assert (wd / f"results/default/metrics/{table}.csv").stat().st_size > 0
     assert len(list((wd / "results/default/plots").glob("*/*.png"))) == 12
     assert (wd / "results/default/report.html").stat().st_size > 1_000_000
-    again = subprocess.run([*SNAKEMAKE, "-n", "--cores", "2"], cwd=wd, capture_output=True, text=True, env=env())
+    again = subprocess.run([*SNAKEMAKE, "-n", "--cores", "2"], cwd=wd, capture_output=True, text=True, env=copy_env(wd))
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
@@ -403,20 +419,22 @@ def test_two_studies_keep_their_own_tables_and_share_their_runs(tmp_path):
     write_config(wd, _iris(algorithm=["serial", "allreduce"], ranks=[1, 2]), name="alpha.yaml")
     write_config(wd, _iris(algorithm="serial", learning_rate=[0.3, 0.1]), name="beta.yaml")
     run = [*SNAKEMAKE, "--cores", "2", "--configfile"]
-    a = subprocess.run([*run, "config/alpha.yaml"], cwd=wd, capture_output=True, text=True, env=env())
+    a = subprocess.run([*run, "config/alpha.yaml"], cwd=wd, capture_output=True, text=True, env=copy_env(wd))
     assert a.returncode == 0, a.stderr[-3000:]
     assert "Aggregating the metrics of 3 runs" in a.stdout + a.stderr  # a count, not every path
     assert "Study alpha (results/alpha/)" in a.stdout  # the summary at the end
     alpha = {p: p.stat().st_mtime_ns for p in (wd / "results/alpha").rglob("*") if p.is_file()}
     assert len(pd.read_csv(wd / "results/alpha/metrics/runs.csv")) == 3
-    b = subprocess.run([*run, "config/beta.yaml"], cwd=wd, capture_output=True, text=True, env=env())
+    b = subprocess.run([*run, "config/beta.yaml"], cwd=wd, capture_output=True, text=True, env=copy_env(wd))
     assert b.returncode == 0, b.stderr[-3000:]
     assert len(re.findall(r"\(Rule: train_single\)", b.stdout + b.stderr)) == 1  # lr 0.3 came from alpha
     assert {p: p.stat().st_mtime_ns for p in (wd / "results/alpha").rglob("*") if p.is_file()} == alpha
     assert len(pd.read_csv(wd / "results/beta/metrics/runs.csv")) == 2
     assert not (wd / "results/beta/plots/images").exists()  # the default config's datasets are not merged in
     for study in ("alpha", "beta"):
-        dry = subprocess.run([*run, f"config/{study}.yaml", "-n"], cwd=wd, capture_output=True, text=True, env=env())
+        dry = subprocess.run(
+            [*run, f"config/{study}.yaml", "-n"], cwd=wd, capture_output=True, text=True, env=copy_env(wd)
+        )
         assert "Nothing to be done" in dry.stdout + dry.stderr
     assert not (wd / "results/checkpoints").exists()  # finished runs leave no checkpoint tree
 
@@ -452,7 +470,7 @@ def test_status_names_a_failed_experiment_and_leftovers_are_listed_then_removed(
         cwd=wd,
         capture_output=True,
         text=True,
-        env=env(),
+        env=copy_env(wd),
     )
     assert "removed 1 run directories" in gone.stdout
     assert not list((wd / "results/runs").rglob("learning_rate~0.3"))

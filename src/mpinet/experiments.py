@@ -6,7 +6,7 @@ from dataclasses import fields
 import pandas as pd
 
 from mpinet import MpinetError
-from mpinet.train import Impossible, Options, check_options, option_flag
+from mpinet.options import Impossible, Options, check_options, option_flag
 
 # Grid columns in path order: the training options in their definition order, ranks after algorithm,
 # and last the launch: `repeats: N` in a sweep trains each experiment N times as separate launches
@@ -86,6 +86,15 @@ def _check_one_placement(df: pd.DataFrame) -> None:
             f"listed with nodes {placements}; placement does not change the numbers and is not part of the "
             "run's path, so both would share one run directory: give the experiment one nodes value"
         )
+
+
+def grid_paths(experiments: pd.DataFrame) -> list[str]:
+    """<dataset>/<grid path> of every experiment of a table, in table order: where its run lives
+    under the runs root (Snakemake's Paramspace spells the path, as the workflow's wildcards do)."""
+    from snakemake.utils import Paramspace
+
+    space = Paramspace(experiments[list(COLUMNS)])
+    return [f"{d}/{p}" for d, p in zip(experiments["dataset"], space.instance_patterns)]
 
 
 def train_arguments(row: dict) -> str:

@@ -26,6 +26,9 @@ from mpinet import MpinetError
 from mpinet.dataset import staging_dir
 
 KAGGLE_PREFIX = "kaggle:"
+# Data shipped inside the package, so a study run from any directory finds it: bundled:iris
+BUNDLED_PREFIX = "bundled:"
+BUNDLED = {"iris": "iris.csv"}
 CHUNK = 1 << 20
 # An archive may unpack to at most this many times its own size (JPEGs and CSVs compress 1-10x;
 # a zip bomb, a thousand times or more), and never beyond MAX_UNPACKED bytes.
@@ -42,9 +45,19 @@ def is_metadata(name: str) -> bool:
     return any(p == "__MACOSX" or (p.startswith(".") and p not in (".", "..")) for p in parts)
 
 
+def resolve_source(source: str) -> str:
+    """A source as a path or URL: bundled:NAME is the package's own copy of that file."""
+    if source.startswith(BUNDLED_PREFIX):
+        return str(Path(__file__).parent / "data" / BUNDLED[source[len(BUNDLED_PREFIX) :]])
+    return source
+
+
 def source_error(name: str, entry: dict) -> str | None:
     """A dataset entry whose keys cannot all be honoured, as one line naming the key; else None."""
     source = entry.get("source", "")
+    if source.startswith(BUNDLED_PREFIX) and source[len(BUNDLED_PREFIX) :] not in BUNDLED:
+        known = ", ".join(BUNDLED_PREFIX + n for n in BUNDLED)
+        return f"datasets.{name}.source: unknown bundled dataset '{source}'; expected {known}"
     if entry.get("sha256"):
         if source.startswith(KAGGLE_PREFIX):
             return f"datasets.{name}.sha256: a kaggle: source is unpacked by kagglehub, not one file; remove sha256"

@@ -1,7 +1,6 @@
-"""A study's state at a glance: which experiments are done, running, failed or missing, the summary
-printed at the end of a run, and run directories no study refers to any more."""
+"""A study's state at a glance: which experiments are done, running, failed or missing, and the
+summary printed at the end of a run."""
 
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,42 +124,6 @@ def headline_rst(runs_csv, description: str, study: str) -> str:
         "the spread and the cost model."
     )
     return "\n".join([*lines, "", note, "", description])
-
-
-def leftovers(runs_root: Path, referenced: set[Path]) -> list[Path]:
-    """Run directories under runs_root (those holding run.json or metrics.csv) that no study lists."""
-    found = {p.parent for name in ("run.json", "metrics.csv") for p in runs_root.rglob(name)}
-    kept = {r.resolve() for r in referenced}
-    return sorted(d for d in found if d.resolve() not in kept)
-
-
-def leftovers_report(runs_root: Path, logs_root: Path, referenced: set[Path], delete: bool) -> str:
-    """The leftover run directories, one line each; with `delete` they and their logs are removed."""
-    found = leftovers(runs_root, referenced)
-    lines = [f"leftover: {d}" for d in found] or ["no leftover run directories"]
-    if found and delete:
-        remove(found, logs_root, runs_root)
-        lines.append(f"removed {len(found)} run directories and their logs")
-    return "\n".join(lines)
-
-
-def remove(dirs: list[Path], logs_root: Path, runs_root: Path) -> None:
-    """Delete leftover run directories and their logs, then the folders that became empty."""
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
-        log = logs_root / f"{d.relative_to(runs_root)}.log"
-        log.unlink(missing_ok=True)
-    for root in (runs_root, logs_root):
-        prune_empty(root)
-
-
-def prune_empty(root: Path) -> None:
-    """Remove empty folders below root (deepest first), keeping root itself."""
-    if not root.is_dir():
-        return
-    for d in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        if not any(d.iterdir()):
-            d.rmdir()
 
 
 def _checkpoint_epoch(path: Path) -> int:

@@ -2,7 +2,7 @@ rule aggregate:
     input:
         get_run_files,
         bench=rules.commbench.output[0],
-        description="workflow/report/workflow.rst",
+        description=REPORT_DESCRIPTION,
         code=code("aggregate.py", "experiments.py", "costmodel.py"),
     output:
         epochs=report(

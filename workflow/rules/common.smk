@@ -1,4 +1,6 @@
 import os
+import re
+import sys
 import time
 from pathlib import Path
 
@@ -7,15 +9,40 @@ import pandas as pd
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import Paramspace, validate
 
-from mpinet import MpinetError, dataset
+# The workflow's own files are found next to this file (from any working directory, and as a
+# module); the study's files (config, data, results) are relative to the working directory.
+WORKFLOW_VERSION = re.search(
+    r'__version__ = "(.+)"', Path(workflow.source_path("../../src/mpinet/__init__.py")).read_text()
+)[1]
+try:
+    import mpinet
+except ModuleNotFoundError:
+    raise WorkflowError(
+        f"the mpinet package is not installed in this Python ({sys.executable}); install the "
+        f"workflow's own version {WORKFLOW_VERSION}: pip install <the mpinet checkout or its git URL at that tag>"
+    ) from None
+if mpinet.__version__ != WORKFLOW_VERSION:
+    raise WorkflowError(
+        f"this workflow is mpinet {WORKFLOW_VERSION} but the mpinet package in {sys.executable} is "
+        f"{mpinet.__version__} ({Path(mpinet.__file__).parent}); install the workflow's version"
+    )
+
+from mpinet import MpinetError, dataset, launcher, numerics
 from mpinet.cluster import TrainingJob, check_fits, mem_per_cpu_mb, partitions
-from mpinet.fetch import local_files, source_error
-from mpinet.experiments import COLUMNS, config_error, expand_sweeps, launch_order, train_arguments
-from mpinet.train import TRAINING_MODULES
+from mpinet.fetch import local_files, resolve_source, source_error
+from mpinet.experiments import (
+    COLUMNS,
+    config_error,
+    expand_sweeps,
+    grid_paths,
+    launch_order,
+    train_arguments,
+)
 from mpinet.status import Experiment, failures, study_name, summary_table
+from mpinet.leftovers import RECORD as LEFTOVERS_RECORD, write_record
 
 # One line naming the key for a bad config; Snakemake's own validate then fills in the defaults.
-SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
 if message := config_error(config, SCHEMA):
     raise WorkflowError(message)
 validate(config, schema="../schemas/config.schema.yaml")
@@ -61,7 +88,11 @@ FIGURES = [
 ]
 DATASETS = sorted(EXPERIMENTS["dataset"].unique())
 SYNTHETIC_ARCHIVE = "resources/synthetic/intel-synthetic.zip"
-CODE = Path(workflow.basedir) / "src" / "mpinet"
+# The package that runs (wherever it is installed): its modules are job inputs, and what decides a
+# training run's numbers is one fingerprint (mpinet.numerics), a parameter of every training job.
+CODE = Path(mpinet.__file__).parent
+NUMERICS = numerics.fingerprint()
+REPORT_DESCRIPTION = workflow.source_path("../report/workflow.rst")
 
 
 wildcard_constraints:
@@ -79,12 +110,6 @@ wildcard_constraints:
 def code(*modules):
     """Package modules as job inputs: editing one reruns exactly the jobs that import it."""
     return [str(CODE / m) for m in dict.fromkeys(("__init__.py", *modules))]
-
-
-def grid_paths(experiments):
-    """<dataset>/<grid path> of every experiment of a table, in table order."""
-    space = Paramspace(experiments[list(COLUMNS)])
-    return [f"{d}/{p}" for d, p in zip(experiments["dataset"], space.instance_patterns)]
 
 
 GRID_PATHS = grid_paths(EXPERIMENTS)
@@ -130,23 +155,9 @@ def study_experiments():
     ]
 
 
-def all_studies_run_dirs():
-    """Run directories of this study and of every study config in config/ (what leftovers keep)."""
-    import yaml
-
-    dirs = set(run_dirs())
-    for path in sorted(Path(workflow.basedir, "config").glob("*.yaml")):
-        other = yaml.safe_load(path.read_text()) or {}
-        try:
-            table = expand_sweeps(other.get("experiments") or [], other.get("datasets") or {})
-        except (MpinetError, TypeError, AttributeError):
-            continue  # not a study config (or a broken one: it then keeps nothing)
-        dirs |= {f"{RUNS_ROOT}/{g}" for g in grid_paths(table)}
-    return sorted(dirs)
-
-
 def get_final_targets():
     return [
+        rules.record_study.output[0],
         *rules.aggregate.output,
         *(f"{STUDY_DIR}/plots/{d}/{f}.png" for d in DATASETS for f in FIGURES),
     ]
@@ -158,9 +169,10 @@ def dataset_option(key, default=None):
 
 
 def get_source(wildcards):
-    """The dataset source with synthetic:intel replaced by the generated archive."""
+    """The dataset source as a path or URL: synthetic:intel is the generated archive, bundled:iris
+    the package's own copy."""
     source = config["datasets"][wildcards.dataset]["source"]
-    return SYNTHETIC_ARCHIVE if source.startswith("synthetic:") else source
+    return SYNTHETIC_ARCHIVE if source.startswith("synthetic:") else resolve_source(source)
 
 
 def get_fetch_input(wildcards):
@@ -218,10 +230,28 @@ def get_launch_priority(wildcards):
     return LAUNCH_PRIORITY[grid_path(wildcards)]
 
 
+def mpi_library():
+    """The MPI library mpi4py loads here (MPICH, Open MPI or Intel MPI), asked once."""
+    try:
+        lib = launcher.library()
+        if not (on_slurm() or in_slurm_job()):
+            launcher.check_mpiexec(lib)
+    except MpinetError as e:
+        raise WorkflowError(f"MPI: {e}") from None
+    return lib
+
+
 def get_mpi_launcher(wildcards):
-    """mpiexec, binding each rank to a core when jobs run alone (steadier epoch times); a SLURM
-    profile replaces it with srun."""
-    return "mpiexec -bind-to core" if ISOLATE else "mpiexec"
+    """The launcher line for the MPI library in use: on SLURM srun with that library's PMI; locally
+    its mpiexec, binding each rank to a core when jobs run alone and the ranks fit the cores
+    (steadier epoch times), oversubscribing when they do not."""
+    lib = mpi_library()
+    if on_slurm() or in_slurm_job():
+        return launcher.srun_command(lib)
+    ranks = int(wildcards.ranks) if "ranks" in wildcards.keys() else get_bench_ranks(wildcards)
+    threads = int(wildcards.get("blas_threads", 1))
+    bind = ISOLATE and threads == 1
+    return launcher.mpiexec_command(lib, ranks, os.cpu_count() or 1, bind, os.geteuid() == 0)
 
 
 def get_bench_ranks(wildcards):

@@ -15,6 +15,21 @@ rule status:
         "../scripts/status.py"
 
 
+rule record_study:
+    output:
+        f"{STUDY_DIR}/{LEFTOVERS_RECORD}",
+    log:
+        f"logs/{STUDY}/record_study.log",
+    localrule: True
+    params:
+        # the study's run list: when it changes, the record is rewritten
+        run_dirs=run_dirs(),
+    message:
+        "Recording the {STUDY} study's run directories (what make leftovers keeps)"
+    run:
+        write_record(output[0], params.run_dirs)
+
+
 rule leftovers:
     log:
         "logs/leftovers.log",
@@ -22,12 +37,15 @@ rule leftovers:
     conda:
         "../envs/mpinet.yaml"
     params:
-        referenced=all_studies_run_dirs(),
+        study_runs=run_dirs(),
+        results_root="results",
+        config_dir="config",
+        schema=SCHEMA,
         runs_root=RUNS_ROOT,
         logs_root=TRAIN_LOGS,
         delete=lookup(dpath="remove_leftovers", within=config),
     message:
-        "Run directories no study in config/ refers to"
+        "Run directories no study uses: none recorded in results/*/runs.txt or listed in config/"
     script:
         "../scripts/leftovers.py"
 

@@ -9,7 +9,6 @@
 rule train_single:
     input:
         data=multiext("resources/data/{dataset}/", *DATASET_FILES),
-        code=code(*TRAINING_MODULES),
     output:
         **{f.split(".")[0]: f"{RUNS_ROOT}/{RUN}/{f}" for f in RUN_FILES},
     log:
@@ -33,6 +32,8 @@ rule train_single:
         out=get_run_dir,
         options=get_run_options,
         checkpoint=get_checkpoint,
+        # a changed computation retrains; a comment, help text or run.json field does not
+        numerics=NUMERICS,
     message:
         "Training {wildcards.dataset}: {wildcards.algorithm} on 1 rank, seed {wildcards.seed}, launch {wildcards.repeat}"
     shell:
@@ -45,7 +46,6 @@ rule train_single:
 rule train_mpi:
     input:
         data=multiext("resources/data/{dataset}/", *DATASET_FILES),
-        code=code(*TRAINING_MODULES),
     output:
         **{f.split(".")[0]: f"{RUNS_ROOT}/{RUN}/{f}" for f in RUN_FILES},
     log:
@@ -72,13 +72,15 @@ rule train_mpi:
         out=get_run_dir,
         options=get_run_options,
         checkpoint=get_checkpoint,
+        # a changed computation retrains; a comment, help text or run.json field does not
+        numerics=NUMERICS,
     message:
         "Training {wildcards.dataset}: {wildcards.algorithm} on {wildcards.ranks} ranks, seed {wildcards.seed}, launch {wildcards.repeat}"
     shell:
         "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.train "
         "--data {params.data:q} --out {params.out:q} "
         "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
-        "> {log:q} 2>&1 "
+        "--launcher {resources.mpi:q} > {log:q} 2>&1 "
         "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
 
 

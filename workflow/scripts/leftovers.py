@@ -1,11 +1,19 @@
-"""Snakemake adapter: list (and with remove_leftovers=true delete) run directories no study lists."""
+"""Snakemake adapter: list (and with remove_leftovers=true delete) run directories no study uses."""
 
 from pathlib import Path
 
-from mpinet.status import leftovers_report
+from mpinet.leftovers import leftovers_report, referenced
+from mpinet.step import run_step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 p = sm.params
-report = leftovers_report(Path(p.runs_root), Path(p.logs_root), {Path(d) for d in p.referenced}, p.delete)
-Path(sm.log[0]).write_text(report + "\n")
-print(report)
+
+
+def report() -> str:
+    keep = referenced(Path(p.results_root), Path(p.config_dir), Path(p.schema), p.runs_root)
+    return leftovers_report(Path(p.runs_root), Path(p.logs_root), keep | {Path(d) for d in p.study_runs}, p.delete)
+
+
+text = run_step(sm.log[0], report)
+Path(sm.log[0]).write_text(text + "\n")
+print(text)

@@ -1,0 +1,102 @@
+"""Checkpoints: a running experiment's weights after its last saved epoch, resumed only by the very
+same run (options, ranks, data and numerics).
+
+The checkpoint is weights + epoch + signature (rewritten whole, a constant cost per save) and a
+sidecar of metric rows that only grows by appending, so saving costs the same in every epoch.
+"""
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from mpinet import dataset, numerics
+from mpinet.options import Options
+
+
+def signature(opts: Options, arrays: dataset.Arrays, ranks: int) -> str:
+    """What a checkpoint must match to be resumed: options, rank count, the data's content
+    fingerprint and the numerics fingerprint (comments and docstrings do not count)."""
+    return json.dumps(
+        {
+            "options": asdict(opts),
+            "ranks": ranks,
+            "data": arrays.fingerprint,
+            "code": numerics.fingerprint(),
+        },
+        sort_keys=True,
+    )
+
+
+def _metrics_path(path: Path) -> Path:
+    return path.with_name(f"{path.name}.metrics.jsonl")
+
+
+def _tmp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp.npz")  # one fixed name: a killed writer leaves at most one
+
+
+def save_checkpoint(path: Path, signature: str, params: np.ndarray, epoch: int, new_rows: list[dict]) -> None:
+    """Append the metric rows since the last save, then replace the weights atomically. The sample
+    order needs no saved RNG state: it is drawn afresh from (seed, epoch) in every epoch."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(_metrics_path(path), "a") as f:
+        f.writelines(json.dumps(row) + "\n" for row in new_rows)
+    tmp = _tmp_path(path)
+    np.savez(tmp, params=params, epoch=epoch, signature=signature)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path, signature: str, params: np.ndarray, log) -> tuple[int, list[dict]]:
+    """(epoch, metric rows) to resume from, with the weights loaded into params, if path belongs to
+    this very run; otherwise clear it and return (0, []) to start at epoch 1."""
+    _tmp_path(path).unlink(missing_ok=True)  # left by a writer killed mid-save
+    if not path.exists():
+        _metrics_path(path).unlink(missing_ok=True)
+        return 0, []
+    try:
+        with np.load(path) as ck:
+            theirs, saved, epoch = str(ck["signature"]), ck["params"], int(ck["epoch"])
+        rows = [json.loads(line) for line in _metrics_path(path).read_text().splitlines()[:epoch]]
+    except (OSError, ValueError, KeyError) as e:
+        log(f"checkpoint {path} is unreadable ({e}); starting from epoch 1")
+        theirs, rows = None, []
+    if theirs != signature or len(rows) != epoch or saved.shape != params.shape:
+        if theirs is not None and theirs != signature:
+            log(f"checkpoint {path} was written {_difference(theirs, signature)}; starting from epoch 1")
+        path.unlink(missing_ok=True)
+        _metrics_path(path).unlink(missing_ok=True)
+        return 0, []
+    params[...] = saved
+    _metrics_path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))  # drop rows past the epoch
+    log(f"resuming from checkpoint {path} after epoch {epoch}")
+    return epoch, rows
+
+
+def _difference(theirs: str, ours: str) -> str:
+    """Which part of the signature changed, in words."""
+    try:
+        a, b = json.loads(theirs), json.loads(ours)
+    except ValueError:
+        return "by another version"
+    changed = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    words = {"data": "for other data", "code": "by other code", "options": "with other options"}
+    words["ranks"] = "on other ranks"
+    return " and ".join(words.get(k, k) for k in changed) or "by another run"
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Delete the checkpoint's files and the folders that held only them, up to a `checkpoints` folder."""
+    for p in (path, _metrics_path(path), _tmp_path(path)):
+        p.unlink(missing_ok=True)
+    folder = path.parent.absolute()
+    while folder != folder.parent:
+        try:
+            folder.rmdir()  # only succeeds while empty
+        except OSError:
+            break
+        if folder.name == "checkpoints":
+            break
+        folder = folder.parent

@@ -1,0 +1,164 @@
+"""The training command line (`python -m mpinet.train`): options in, a run's files out, one-line
+errors, and an abort of every rank when one fails."""
+
+import argparse
+import os
+import resource
+import signal
+import sys
+import time
+import traceback
+from dataclasses import fields
+from pathlib import Path
+
+from mpinet import MpinetError, dataset
+from mpinet.checkpoint import remove_checkpoint
+from mpinet.comm import Comm, world
+from mpinet.options import Options, option_flag
+from mpinet.runfiles import run_metadata, write_outputs
+from mpinet.train import train
+
+# one-at-a-time: the workflow ran no other training job beside this one (local runs);
+# exclusive-node: SLURM gave the job whole nodes; shared: neither; unknown: started by hand
+ISOLATION = ("one-at-a-time", "exclusive-node", "shared", "unknown")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m mpinet.train",
+        description=(
+            "Train the fully connected sigmoid network on a preprocessed dataset. "
+            "serial runs as one plain process; allreduce and paramserver run under an MPI "
+            "launcher, e.g. `mpiexec -n 3 python -m mpi4py -m mpinet.train --algorithm "
+            "paramserver --expect-ranks 3 ...` or `srun --mpi=pmi2 -n 3 ...`."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--data", required=True, help="dataset directory written by the preprocessing step")
+    p.add_argument("--out", required=True, help="directory for metrics.csv, confusion.csv, weights.npz, run.json")
+    for f in fields(Options):
+        kw = {"default": f.default, "help": f.metadata["help"], "type": f.type, "choices": f.metadata["choices"]}
+        if f.type is bool:
+            kw["type"] = _boolean
+        elif f.name == "hidden":
+            kw.update(type=int, nargs="+", default=list(f.default))
+        p.add_argument(option_flag(f.name), **kw)
+    p.add_argument(
+        "--isolation",
+        choices=ISOLATION,
+        default="unknown",
+        help="recorded in run.json: how the launcher kept other training jobs off this job's cores",
+    )
+    p.add_argument(
+        "--expect-ranks",
+        type=int,
+        default=None,
+        help="fail at once unless the MPI communicator has exactly this many ranks",
+    )
+    p.add_argument("--launcher", default=None, help="recorded in run.json: the launcher line that started the ranks")
+    p.add_argument("--checkpoint", default=None, help="checkpoint file, written after epochs and resumed from")
+    p.add_argument(
+        "--checkpoint-seconds",
+        type=float,
+        default=10.0,
+        help="write the checkpoint after the first epoch that ends this long after the last one (0: every epoch)",
+    )
+    return p.parse_args(argv)
+
+
+def options_from_args(a: argparse.Namespace) -> Options:
+    return Options(**{f.name: tuple(a.hidden) if f.name == "hidden" else getattr(a, f.name) for f in fields(Options)})
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    opts = options_from_args(args)
+    comm = Comm(None) if opts.algorithm == "serial" else world()
+    log = _logger(comm)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _interrupted(comm, args.checkpoint))
+    try:
+        expected = args.expect_ranks if args.expect_ranks is not None else comm.size
+        if comm.size != expected:
+            raise MpinetError(
+                f"the MPI communicator has {comm.size} rank(s) but --expect-ranks is {expected}; start "
+                f"the job with `mpiexec -n {expected}` or `srun --mpi=pmi2 -n {expected}` (a launcher "
+                "without MPI support starts independent 1-rank copies)"
+            )
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=max(1, opts.blas_threads), user_api="blas"):
+            arrays = dataset.load(args.data, check_values=comm.rank == 0)
+            log(
+                f"{opts.algorithm} on {comm.size} rank(s): {len(arrays.train_y)} training samples, "
+                f"{len(arrays.test_y)} test samples, {arrays.train_x.shape[1]} features"
+            )
+            t0 = time.perf_counter()
+            started, load_start = _now(), os.getloadavg()[0]
+            ck = Path(args.checkpoint) if args.checkpoint else None
+            result = train(arrays, opts, comm, ck, log, args.checkpoint_seconds)
+            meta = run_metadata(comm, opts, args.data, arrays)
+            meta["train_seconds"] = time.perf_counter() - t0
+            # whether anything else could have run beside this job, and how busy the machine was
+            meta["timing"] = {
+                "isolation": args.isolation,
+                "start": started,
+                "end": _now(),
+                "load1_start": load_start,
+                "load1_end": os.getloadavg()[0],
+            }
+            meta["resumed_from_epoch"] = result.resumed_from_epoch
+            if "mpi" in meta:
+                meta["mpi"]["launcher"] = args.launcher
+            meta["peak_rss_mb"] = comm.max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # max over ranks
+            if comm.rank == 0:
+                write_outputs(Path(args.out), result, opts, arrays, meta)
+                if ck is not None:
+                    remove_checkpoint(ck)
+                log(f"wrote {args.out}")
+        return 0
+    except MpinetError as e:
+        print(f"mpinet.train: error: {e}", file=sys.stderr, flush=True)
+        comm.abort(1)
+        return 1
+    except Exception:
+        traceback.print_exc()
+        sys.stderr.flush()
+        comm.abort(1)
+        return 1
+
+
+def _now() -> str:
+    from datetime import datetime
+
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+def _boolean(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("true", "yes", "1", "on"):
+        return True
+    if t in ("false", "no", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _logger(comm: Comm):
+    def log(msg: str) -> None:
+        if comm.rank == 0:
+            print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    return log
+
+
+def _interrupted(comm: Comm, checkpoint):
+    """SLURM's time limit, scancel and preemption send SIGTERM: leave at once, keeping the
+    last complete checkpoint (it is only ever replaced atomically)."""
+
+    def handler(signum, frame):
+        if comm.rank == 0:
+            kept = f"; checkpoint {checkpoint} is kept for the rerun" if checkpoint else ""
+            print(f"mpinet.train: stopped by {signal.Signals(signum).name}{kept}", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+
+    return handler

@@ -1,0 +1,100 @@
+"""How ranks are started, for the MPI library mpi4py actually loads: MPICH (and its derivatives),
+Open MPI or Intel MPI, detected rather than configured.
+
+The launchers differ in syntax and defaults: MPICH's Hydra takes `-bind-to core` and oversubscribes
+cores silently; Open MPI's `mpiexec` reads `-bind-to` as a program name, refuses more ranks than
+cores without `--oversubscribe` and refuses root without `--allow-run-as-root`; Intel MPI pins ranks
+itself (I_MPI_PIN). Under SLURM, `srun` starts the ranks and needs the PMI the library speaks:
+PMI-2 for the PyPI mpich and Intel wheels, PMIx for Open MPI.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cache
+
+from mpinet import MpinetError
+
+FAMILIES = ("mpich", "openmpi", "intel")
+
+
+@dataclass(frozen=True)
+class Library:
+    family: str  # one of FAMILIES, or "unknown"
+    version: str  # the library's own first line, e.g. "MPICH Version: 5.0.2"
+
+
+def family_of(version: str) -> str:
+    """mpich, openmpi, intel or unknown, from MPI_Get_library_version's text (or `mpiexec --version`)."""
+    text = version.lower()
+    if "intel(r) mpi" in text or "intel mpi" in text:
+        return "intel"  # before mpich: Intel MPI derives from MPICH and may say so
+    if "open mpi" in text or "open-mpi" in text or "prrte" in text:
+        return "openmpi"
+    if "mpich" in text or "hydra" in text or "mvapich" in text:
+        return "mpich"
+    return "unknown"
+
+
+@cache
+def library(python: str = sys.executable) -> Library:
+    """The MPI library mpi4py loads in `python`, asked in a child process without MPI_Init (so this
+    process never loads MPI)."""
+    code = (
+        "import mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False\n"
+        "from mpi4py import MPI; print(MPI.Get_library_version().strip().splitlines()[0])"
+    )
+    p = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        last = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise MpinetError(f"mpi4py cannot load an MPI library in {python}: {last}")
+    version = p.stdout.strip()
+    return Library(family_of(version), version)
+
+
+@cache
+def mpiexec_family(mpiexec: str = "mpiexec") -> tuple[str, str]:
+    """(path, family) of the mpiexec the shell would run."""
+    path = shutil.which(mpiexec)
+    if path is None:
+        raise MpinetError(f"no `{mpiexec}` on PATH; put the MPI library's bin directory on PATH")
+    p = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    return path, family_of(p.stdout + p.stderr)
+
+
+def mpiexec_command(lib: Library, ranks: int, cores: int, bind: bool, root: bool) -> str:
+    """The local launcher line before `-n <ranks>`: binding each rank to a core when asked and when
+    the ranks fit the cores, oversubscribing otherwise (the default study runs 3 ranks on 2 cores)."""
+    over = ranks > cores
+    if lib.family == "openmpi":
+        parts = ["mpiexec"]
+        if root:
+            parts.append("--allow-run-as-root")  # Open MPI refuses root without it (containers, CI)
+        parts += ["--oversubscribe", "--bind-to", "none"] if over else ["--bind-to", "core" if bind else "none"]
+        return " ".join(parts)
+    if lib.family == "intel":
+        # Intel MPI pins ranks itself; pinning several ranks to one core would serialise them
+        return "env I_MPI_PIN=0 mpiexec" if over or not bind else "mpiexec"
+    if lib.family == "mpich":
+        return "mpiexec -bind-to core" if bind and not over else "mpiexec"
+    return "mpiexec"
+
+
+def srun_command(lib: Library) -> str:
+    """The SLURM launcher line: the PMI the library speaks, and the whole step ended when a rank dies."""
+    pmi = "pmix" if lib.family == "openmpi" else "pmi2"
+    return f"srun --mpi={pmi} --kill-on-bad-exit=1"
+
+
+def check_mpiexec(lib: Library, mpiexec: str = "mpiexec") -> None:
+    """MpinetError when the mpiexec on PATH belongs to another MPI than the one mpi4py loads: its
+    ranks would each start as an independent 1-rank job."""
+    path, family = mpiexec_family(mpiexec)
+    if "unknown" not in (family, lib.family) and family != lib.family:
+        raise MpinetError(
+            f"{path} is {family}'s launcher but mpi4py loads {lib.version} ({lib.family}); put the "
+            f"matching mpiexec first on PATH (e.g. {os.path.dirname(sys.executable)}) or rebuild mpi4py "
+            "against this MPI: pip install --no-binary mpi4py mpi4py"
+        )

@@ -1,0 +1,97 @@
+"""The training options: one dataclass that the CLI, the experiment grid and the workflow's command
+lines derive from, and the checks that say which values (and combinations) can run."""
+
+import math
+from dataclasses import dataclass, field
+
+from mpinet import MpinetError
+from mpinet.model import LOSSES
+
+ALGORITHMS = ("serial", "allreduce", "paramserver")
+SHUFFLES = ("samples", "batches")
+DTYPES = ("float32", "float64")
+
+
+def _option(default, help: str, choices: tuple[str, ...] | None = None):
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass
+class Options:
+    """Everything that decides a run's result (and so its checkpoint's validity).
+
+    The one definition of the training options: the CLI (parse_args), the experiment grid's
+    columns and defaults and the workflow's command lines (mpinet.experiments) are derived from
+    these fields. Their order is the run path's order (the grid puts `ranks` after algorithm).
+    """
+
+    algorithm: str = _option("serial", "training design", ALGORITHMS)
+    blas_threads: int = _option(1, "BLAS threads per rank (ranks x threads is the cores a run uses)")
+    batch_size: int = _option(4, "samples per step per training rank")
+    learning_rate: float = _option(0.3, "SGD step size, for gradients averaged over the global batch")
+    epochs: int = _option(100, "passes over the training set")
+    hidden: tuple[int, ...] = _option((30, 20), "hidden layer sizes")
+    loss: str = _option("l2", "l2 on one-hot labels or softmax cross-entropy", LOSSES)
+    standardize: bool = _option(True, "standardize each sample's hidden pre-activations (true/false)")
+    dtype: str = _option("float32", "floating-point type of the computation", DTYPES)
+    sync_every: int = _option(
+        1, "allreduce only: 1 averages gradients every step; k > 1 averages weights every k steps (local SGD)"
+    )
+    shuffle: str = _option(
+        "samples",
+        "per epoch, permute single samples (copies each batch) or whole contiguous batches (zero-copy)",
+        SHUFFLES,
+    )
+    faithful: bool = _option(
+        False, "reproduce the original Go project's numerics and summed updates, bugs included (true/false)"
+    )
+    seed: int = _option(1, "seeds the initial weights and the sample order")
+
+
+class Impossible(MpinetError):
+    """Options that are each valid but cannot go together (serial on 2 ranks, ...): a sweep drops them."""
+
+
+def check_options(opts: Options, ranks: int, n_train: int) -> None:
+    """Raise MpinetError naming the option if a run with these options cannot work."""
+    if opts.algorithm not in ALGORITHMS:
+        raise MpinetError(f"algorithm: unknown '{opts.algorithm}'; expected one of {', '.join(ALGORITHMS)}")
+    if opts.algorithm == "serial" and ranks != 1:
+        raise Impossible(f"algorithm serial runs on 1 rank, not {ranks}; use allreduce or paramserver")
+    if opts.algorithm == "paramserver" and ranks < 2:
+        raise Impossible("algorithm paramserver needs at least 2 ranks (rank 0 is the server), got 1")
+    if opts.batch_size < 1:
+        raise MpinetError(f"batch_size must be a positive integer, got {opts.batch_size}")
+    if opts.blas_threads < 1:
+        raise MpinetError(f"blas_threads must be at least 1, got {opts.blas_threads}")
+    if not (opts.learning_rate > 0 and math.isfinite(opts.learning_rate)):
+        raise MpinetError(f"learning_rate must be positive, got {opts.learning_rate}")
+    if opts.epochs < 1:
+        raise MpinetError(f"epochs must be at least 1, got {opts.epochs}")
+    if not opts.hidden or min(opts.hidden) < 1:
+        raise MpinetError(f"hidden must list positive layer sizes, got {list(opts.hidden)}")
+    if opts.loss not in LOSSES:
+        raise MpinetError(f"loss: unknown '{opts.loss}'; expected one of {', '.join(LOSSES)}")
+    if opts.dtype not in DTYPES:
+        raise MpinetError(f"dtype: unknown '{opts.dtype}'; expected one of {', '.join(DTYPES)}")
+    if opts.shuffle not in SHUFFLES:
+        raise MpinetError(f"shuffle: unknown '{opts.shuffle}'; expected one of {', '.join(SHUFFLES)}")
+    if opts.sync_every < 1:
+        raise MpinetError(f"sync_every must be at least 1, got {opts.sync_every}")
+    if opts.sync_every > 1 and opts.algorithm != "allreduce":
+        raise Impossible(f"sync_every > 1 (local SGD) applies to allreduce only, not {opts.algorithm}")
+    if opts.faithful and (opts.loss != "l2" or opts.sync_every != 1):
+        raise Impossible("faithful reproduces the original: it needs loss l2 and sync_every 1")
+    workers = data_ranks(opts.algorithm, ranks)
+    if workers > n_train:
+        raise MpinetError(f"{workers} training ranks but only {n_train} training samples; use fewer ranks")
+
+
+def data_ranks(algorithm: str, ranks: int) -> int:
+    """How many ranks train on data: all of them, except the parameter server's rank 0."""
+    return ranks - 1 if algorithm == "paramserver" else ranks
+
+
+def option_flag(name: str) -> str:
+    """An option's command-line flag: batch_size -> --batch-size."""
+    return "--" + name.replace("_", "-")

@@ -1,0 +1,103 @@
+"""A finished run's files: metrics.csv, confusion.csv, weights.npz and run.json with its provenance
+(what ran where, with which libraries and settings). Nothing here changes a number."""
+
+import csv
+import os
+import platform
+import socket
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from mpinet import __version__, dataset, numerics
+from mpinet.comm import Comm, mpi_library_version
+from mpinet.options import Options, data_ranks
+from mpinet.train import METRIC_COLUMNS, Result
+
+# Settings that change timings without changing a number: BLAS kernels, and MPICH's network module
+# and transport (a run across nodes over TCP and one over InfiniBand are different measurements)
+RECORDED_ENVIRONMENT = (
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "MPIR_CVAR_CH4_NETMOD",
+    "FI_PROVIDER",
+    "FI_TCP_IFACE",
+    "UCX_TLS",
+    "UCX_NET_DEVICES",
+)
+SLURM_VARIABLES = (
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_STEP_NUM_NODES",
+    "SLURM_STEP_NODELIST",
+    "SLURM_MPI_TYPE",
+    "SLURM_CLUSTER_NAME",
+)
+
+
+def write_outputs(out: Path, result: Result, opts: Options, arrays: dataset.Arrays, meta: dict) -> None:
+    """metrics.csv, confusion.csv, weights.npz and run.json (last), each written atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    tag = f".tmp{os.getpid()}"
+    tmp = out / f"metrics.csv{tag}"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+        w.writeheader()
+        w.writerows(result.metrics)
+    os.replace(tmp, out / "metrics.csv")
+    tmp = out / f"confusion.csv{tag}"
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["true\\predicted", *arrays.classes])
+        for name, row in zip(arrays.classes, result.confusion):
+            w.writerow([name, *row.tolist()])
+    os.replace(tmp, out / "confusion.csv")
+    tmp = out / f"weights{tag}.npz"
+    np.savez(tmp, params=result.params, sizes=np.array(result.net.sizes))
+    os.replace(tmp, out / "weights.npz")
+    dataset.write_json(out / "run.json", {"options": asdict(opts), **meta})
+
+
+def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays) -> dict:
+    """Provenance for run.json; called on every rank (host names are gathered)."""
+    from threadpoolctl import threadpool_info
+
+    hosts = comm.gather_strings(f"{socket.gethostname()} {os.cpu_count() or 1}")
+    cores = dict(h.rsplit(" ", 1) for h in hosts)  # host -> its CPUs
+    meta = {
+        "ranks": comm.size,
+        "data_ranks": data_ranks(opts.algorithm, comm.size),
+        "hosts": sorted(cores),  # each rank's own host name: where the ranks really ran
+        "nodes": len(cores),
+        "cores": sum(int(n) for n in cores.values()),  # on all the hosts the ranks ran on
+        "data": {
+            "path": str(data_dir),
+            "train_samples": len(arrays.train_y),
+            "test_samples": len(arrays.test_y),
+            "features": int(arrays.train_x.shape[1]),
+            "classes": arrays.classes,
+        },
+        "mpinet": __version__,
+        "numerics": numerics.fingerprint(),  # what decides the numbers (mpinet.numerics)
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "blas": [
+            {k: i.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
+            for i in threadpool_info()
+            if i.get("user_api") == "blas"
+        ],
+        "blas_threads": opts.blas_threads,
+        "environment": {k: os.environ[k] for k in RECORDED_ENVIRONMENT if k in os.environ},
+        # set by srun in every task it starts: shows the ranks came from SLURM, and how many
+        "slurm": {k: os.environ[k] for k in SLURM_VARIABLES if k in os.environ},
+    }
+    if comm.mpi is not None:
+        import mpi4py
+
+        from mpinet.launcher import family_of
+
+        version = mpi_library_version()
+        meta["mpi"] = {"library": version, "family": family_of(version), "mpi4py": mpi4py.__version__}
+    return meta

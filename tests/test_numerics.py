@@ -1,0 +1,91 @@
+"""The numerics guard: tiny fixed float64 experiments must give the recorded weights, and when their
+numbers change the numerics fingerprint must change too, so a numeric change can never keep old runs."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_train, weights
+
+REFERENCE = Path(__file__).with_name("numerics_reference.json")
+BASE = ("--dtype", "float64", "--epochs", 3, "--hidden", 5, 4, "--seed", 3, "--batch-size", 4)
+# (ranks or None for a plain process, extra options): every design and the options that change numbers
+EXPERIMENTS = {
+    "serial": (None, ("--learning-rate", 0.3)),
+    "serial_faithful": (None, ("--learning-rate", 0.01, "--faithful", "true")),
+    "serial_xent_batches": (None, ("--loss", "xent", "--shuffle", "batches", "--standardize", "false")),
+    "allreduce_2": (2, ("--algorithm", "allreduce", "--batch-size", 3)),
+    "allreduce_2_local_sgd": (2, ("--algorithm", "allreduce", "--sync-every", 2)),
+    "paramserver_3": (3, ("--algorithm", "paramserver", "--learning-rate", 0.5)),
+}
+
+
+def trained(iris_dataset, tmp_path) -> dict[str, list[float]]:
+    out = {}
+    for name, (ranks, extra) in EXPERIMENTS.items():
+        run_train(ranks, "--data", iris_dataset, "--out", tmp_path / name, *BASE, *extra)
+        out[name] = weights(tmp_path / name).tolist()
+    return out
+
+
+@pytest.mark.mpi
+def test_recorded_weights_change_only_with_the_numerics_fingerprint(iris_dataset, tmp_path):
+    from mpinet.numerics import fingerprint
+
+    now = {"fingerprint": fingerprint(), "weights": trained(iris_dataset, tmp_path)}
+    if os.environ.get("MPINET_RECORD_NUMERICS"):
+        REFERENCE.write_text(json.dumps(now, indent=1) + "\n")
+    recorded = json.loads(REFERENCE.read_text())
+    same = {k: np.allclose(now["weights"][k], recorded["weights"][k], rtol=1e-9, atol=1e-12) for k in EXPERIMENTS}
+    changed = [k for k, ok in same.items() if not ok]
+    assert not changed or now["fingerprint"] != recorded["fingerprint"], (
+        f"the numbers of {changed} changed but the numerics fingerprint did not: bump NUMERICS_VERSION in "
+        "src/mpinet/numerics.py (or move the code that changed them into NUMERICS_MODULES), then record "
+        "with MPINET_RECORD_NUMERICS=1 pytest tests/test_numerics.py"
+    )
+    assert now["fingerprint"] == recorded["fingerprint"], (
+        "the numerics fingerprint changed: every study retrains; record the new reference with "
+        "MPINET_RECORD_NUMERICS=1 pytest tests/test_numerics.py"
+    )
+
+
+def test_comments_docstrings_and_layout_leave_the_code_shape_alone():
+    from mpinet.numerics import code_shape
+
+    before = 'def f(x):\n    """Scale."""\n    return 2 * x\n'
+    after = '"""A module."""\n\n\ndef f(x):  # why\n    """Scale it, better said."""\n\n    return 2 * x\n'
+    assert code_shape(before) == code_shape(after)
+    assert code_shape(before) != code_shape(before.replace("2 * x", "3 * x"))
+
+
+def test_the_fingerprint_covers_the_modules_that_compute_and_not_the_cli(tmp_path, monkeypatch):
+    import shutil
+
+    import mpinet
+    from mpinet import numerics
+
+    package = tmp_path / "mpinet"
+    shutil.copytree(Path(mpinet.__file__).parent, package)
+    monkeypatch.setattr(numerics, "__file__", str(package / "numerics.py"))
+
+    def fingerprint_after(module, old, new):
+        path = package / module
+        text = path.read_text()
+        assert old in text, (module, old)
+        path.write_text(text.replace(old, new, 1))
+        numerics.fingerprint.cache_clear()
+        try:
+            return numerics.fingerprint()
+        finally:
+            path.write_text(text)
+
+    numerics.fingerprint.cache_clear()
+    base = numerics.fingerprint()
+    assert fingerprint_after("train.py", '"""Training:', '# a comment\n"""Training, said otherwise:') == base
+    assert fingerprint_after("cli.py", "def main(", "def _unused():\n    pass\n\n\ndef main(") == base
+    assert fingerprint_after("runfiles.py", '"ranks": comm.size,', '"ranks": comm.size, "extra": 1,') == base
+    assert fingerprint_after("model.py", "def _sigmoid(", "def _unused():\n    pass\n\n\ndef _sigmoid(") != base
+    assert fingerprint_after("comm.py", "class Comm:", "X = 1\n\n\nclass Comm:") != base
+    numerics.fingerprint.cache_clear()
