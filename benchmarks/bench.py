@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from mpinet.launcher import mpiexec_argv
 from mpinet.model import Net
 
-BIN = Path(sys.executable).parent
 CLASSES = 6  # the Intel data's classes
 INTEL_SAMPLES = 14_034
 
@@ -119,7 +119,7 @@ def run_ours(data, tmp, algorithm, ranks, batch, dtype, hidden, epochs, rep) -> 
     args += ["--standardize", "false", "--shuffle", "batches"]
     cmd = [sys.executable, "-m", "mpinet.train"]
     if algorithm != "serial":
-        cmd = [str(BIN / "mpiexec"), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "mpinet.train"]
+        cmd = [*mpiexec_argv(ranks), sys.executable, "-m", "mpi4py", "-m", "mpinet.train"]
     subprocess.run([*cmd, *map(str, args)], check=True, capture_output=True, timeout=1800)
     import pandas as pd
 
@@ -250,7 +250,7 @@ def gemm_limits(features, h1, batches, dtypes) -> dict:
 
 def allreduce_time(n_params, dtype) -> float:
     """Median seconds of one in-place MPI_Allreduce of the parameter buffer on 2 ranks."""
-    cmd = [str(BIN / "mpiexec"), "-n", "2", sys.executable, __file__, "--allreduce-worker", "--count", str(n_params)]
+    cmd = [*mpiexec_argv(2), sys.executable, __file__, "--allreduce-worker", "--count", str(n_params)]
     p = subprocess.run([*cmd, "--dtype", dtype], check=True, capture_output=True, text=True, timeout=600)
     return float(p.stdout.strip())
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mpinet.launcher import mpiexec_argv
 from mpinet.tables import prepare_table
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-MPIEXEC = str(BIN / "mpiexec")
 
 
 def write_dataset(d: Path, n_train=60, n_test=30, dim=5, classes=3, seed=0) -> Path:
@@ -55,7 +55,7 @@ def train_cmd(ranks: int | None, *args) -> list[str]:
     base = [sys.executable, "-m", "mpinet.train", *map(str, args)]
     if ranks is None:
         return base
-    return [MPIEXEC, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "mpinet.train", *map(str, args)]
+    return [*mpiexec_argv(ranks), sys.executable, "-m", "mpi4py", "-m", "mpinet.train", *map(str, args)]
 
 
 def run_train(ranks: int | None, *args, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:

@@ -178,11 +178,11 @@ def write_tables(
     epochs.to_csv(epochs_csv, index=False)
     per_run.to_csv(runs_csv, index=False)
     summarize_seeds(per_run).to_csv(seeds_csv, index=False)
-    if front_page is not None:  # (template, study, output): the report's front page with the headline
+    if front_page is not None:  # (description text, study, output): the report's front page with the headline
         from mpinet.status import headline_rst
 
-        template, study, out = front_page
-        Path(out).write_text(headline_rst(runs_csv, Path(template).read_text(), study))
+        description, study, out = front_page
+        Path(out).write_text(headline_rst(runs_csv, description, study))
 
 
 MODEL_RANKS = range(1, 33)

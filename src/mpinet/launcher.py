@@ -98,3 +98,12 @@ def check_mpiexec(lib: Library, mpiexec: str = "mpiexec") -> None:
             f"matching mpiexec first on PATH (e.g. {os.path.dirname(sys.executable)}) or rebuild mpi4py "
             "against this MPI: pip install --no-binary mpi4py mpi4py"
         )
+
+
+def mpiexec_argv(ranks: int, bind: bool = False) -> list[str]:
+    """The local launcher for `ranks` ranks as an argument list, for this Python's MPI library, with
+    the mpiexec installed beside this Python when there is one (a wheel's), else the one on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    exe = beside if os.path.exists(beside) else "mpiexec"
+    line = mpiexec_command(library(sys.executable), ranks, os.cpu_count() or 1, bind, os.geteuid() == 0)
+    return [exe if part == "mpiexec" else part for part in line.split()] + ["-n", str(ranks)]

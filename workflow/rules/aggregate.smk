@@ -2,7 +2,6 @@ rule aggregate:
     input:
         get_run_files,
         bench=rules.commbench.output[0],
-        description=REPORT_DESCRIPTION,
         code=code("aggregate.py", "experiments.py", "costmodel.py"),
     output:
         epochs=report(
@@ -39,6 +38,8 @@ rule aggregate:
         runs=get_runs,
         n_runs=get_run_count,
         study=STUDY,
+        # its text, not the file: a module's copy lives in Snakemake's source cache, renewed every run
+        description=Path(REPORT_DESCRIPTION).read_text(),
         target_accuracy=lookup(dpath="target_accuracy", within=config),
     message:
         "Aggregating the metrics of {params.n_runs} runs"

@@ -10,7 +10,7 @@ rule status:
     params:
         experiments=study_experiments(),
     message:
-        "Status of study {STUDY}"
+        f"Status of study {STUDY}"
     script:
         "../scripts/status.py"
 
@@ -25,7 +25,7 @@ rule record_study:
         # the study's run list: when it changes, the record is rewritten
         run_dirs=run_dirs(),
     message:
-        "Recording the {STUDY} study's run directories (what make leftovers keeps)"
+        f"Recording the run directories of study {STUDY} (what make leftovers keeps)"
     run:
         write_record(output[0], params.run_dirs)
 

@@ -1,0 +1,94 @@
+"""The workflow used the way the Snakemake catalog deploys workflows: from the user's own directory,
+as a module of the user's Snakefile, and through snakedeploy at a pinned version."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO, env
+
+pytestmark = pytest.mark.workflow
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "--cores", "2"]
+STUDY = {
+    "study": "mine",
+    "datasets": {"iris": {"source": "bundled:iris", "format": "csv"}},
+    "experiments": [{"dataset": "iris", "algorithm": ["serial", "allreduce"], "ranks": [1, 2], "epochs": 3}],
+}
+# Snakemake 9.27 fails on `script:` rules of a gitfile() module when it checks whether their code
+# changed (sourcecache.LocalGitFile.join gets a SourceFile, not a str): a pinned module runs without
+# the `code` rerun trigger (its code cannot change under a tag anyway).
+PINNED_TRIGGERS = ["--rerun-triggers", "mtime", "params", "input", "software-env"]
+
+
+def user_dir(tmp_path: Path) -> Path:
+    wd = tmp_path / "project"
+    (wd / "config").mkdir(parents=True)
+    (wd / "config" / "config.yaml").write_text(yaml.safe_dump(STUDY))
+    return wd
+
+
+def run(wd: Path, *args, check=True) -> subprocess.CompletedProcess:
+    p = subprocess.run([*SNAKEMAKE, *args], cwd=wd, capture_output=True, text=True, env=env(), timeout=600)
+    if check and p.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def assert_study_done_here(wd: Path, *args):
+    runs = pd.read_csv(wd / "results/mine/metrics/runs.csv")
+    assert len(runs) == 3 and runs["final_test_accuracy"].notna().all()
+    assert len(list((wd / "results/mine/plots/iris").glob("*.png"))) == 6
+    assert (wd / "results/mine/runs.txt").read_text().count("results/runs/iris/") == 3
+    assert len(list((wd / "results/runs").rglob("run.json"))) == 3
+    again = run(wd, "-n", *args)
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+@pytest.mark.mpi  # also run under Open MPI (make test-mpi)
+def test_a_study_runs_from_its_own_directory_with_the_checkouts_snakefile(tmp_path):
+    wd = user_dir(tmp_path)
+    args = ["-s", str(REPO / "workflow" / "Snakefile"), "--configfile", "config/config.yaml"]
+    run(wd, *args)
+    assert_study_done_here(wd, *args)
+    meta = next((wd / "results/runs").glob("iris/algorithm~allreduce/ranks~2/**/run.json")).read_text()
+    assert '"launcher": "mpiexec' in meta  # the launcher line the detected MPI got
+
+
+@pytest.mark.parametrize("prefix", ["", "mpinet_*"])
+def test_the_workflow_runs_as_a_module_of_the_users_snakefile(tmp_path, prefix):
+    wd = user_dir(tmp_path)
+    as_ = f" as {prefix}" if prefix else ""
+    (wd / "Snakefile").write_text(
+        'configfile: "config/config.yaml"\n\n\n'
+        f'module mpinet:\n    snakefile:\n        "{REPO / "workflow" / "Snakefile"}"\n    config:\n        config\n\n\n'
+        f"use rule * from mpinet{as_}\n"
+    )
+    run(wd)
+    assert_study_done_here(wd)
+    status = run(wd, f"{prefix.rstrip('*')}status", "--quiet", "all")
+    assert "3 done of 3 experiments" in status.stdout
+
+
+def test_snakedeploy_deploys_a_pinned_version_from_a_local_git_repository(tmp_path):
+    repo = tmp_path / "mpinet.git"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "tag", "v-test"], check=True)
+    wd = tmp_path / "project"
+    bin_ = Path(sys.executable).parent
+    subprocess.run([bin_ / "snakedeploy", "deploy-workflow", repo, wd, "--tag", "v-test"], check=True, env=env())
+    snakefile = wd / "workflow" / "Snakefile"
+    text = snakefile.read_text()
+    # snakedeploy 0.17.1 copies config/ and profiles/ and writes the module; from a local path its
+    # `snakefile:` is relative to the repository ("workflow/Snakefile"), which Snakemake would read
+    # next to the deployed Snakefile: the README's step pins it with gitfile() instead
+    assert (wd / "config" / "config.yaml").exists() and (wd / "profiles" / "slurm" / "config.yaml").exists()
+    assert '"workflow/Snakefile"' in text and "use rule * from" in text
+    pinned = f'gitfile("{repo}", path="workflow/Snakefile", tag="v-test")'
+    snakefile.write_text(text.replace('"workflow/Snakefile"', pinned))
+    (wd / "config" / "config.yaml").write_text(yaml.safe_dump(STUDY))
+    run(wd, *PINNED_TRIGGERS)
+    assert_study_done_here(wd, *PINNED_TRIGGERS)
