@@ -62,11 +62,9 @@ def test_a_study_runs_from_its_own_directory_with_the_checkouts_snakefile(tmp_pa
 def test_the_workflow_runs_as_a_module_of_the_users_snakefile(tmp_path, prefix):
     wd = user_dir(tmp_path)
     as_ = f" as {prefix}" if prefix else ""
-    (wd / "Snakefile").write_text(
-        'configfile: "config/config.yaml"\n\n\n'
-        f'module mpinet:\n    snakefile:\n        "{REPO / "workflow" / "Snakefile"}"\n    config:\n        config\n\n\n'
-        f"use rule * from mpinet{as_}\n"
-    )
+    snakefile = REPO / "workflow" / "Snakefile"
+    module = f'module mpinet:\n    snakefile:\n        "{snakefile}"\n    config:\n        config\n'
+    (wd / "Snakefile").write_text(f'configfile: "config/config.yaml"\n\n\n{module}\n\nuse rule * from mpinet{as_}\n')
     run(wd)
     assert_study_done_here(wd)
     status = run(wd, f"{prefix.rstrip('*')}status", "--quiet", "all")
@@ -74,7 +72,7 @@ def test_the_workflow_runs_as_a_module_of_the_users_snakefile(tmp_path, prefix):
 
 
 def test_snakedeploy_deploys_a_pinned_version_from_a_local_git_repository(tmp_path):
-    repo = tmp_path / "mpinet.git"
+    repo = tmp_path / "mpinet-repo"  # not *.git: snakedeploy strips that suffix from a local path
     subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
     subprocess.run(["git", "-C", str(repo), "tag", "v-test"], check=True)
     wd = tmp_path / "project"

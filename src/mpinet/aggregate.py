@@ -192,7 +192,7 @@ def add_model(runs: pd.DataFrame, bench: pd.DataFrame) -> tuple[pd.DataFrame, pd
     """The cost model fitted to these runs and this machine's α and β: each run's predicted epoch
     time and error, and predictions for 1-32 ranks (and every swept count) with the measured link
     and the interconnect presets."""
-    from mpinet.costmodel import INTERCONNECTS, Link, predict, predicted_epochs
+    from mpinet.costmodel import INTERCONNECTS, Link, collectives, predict, predicted_epochs
 
     measured = Link(float(bench["alpha_s"].iloc[0]), float(bench["beta_s_per_byte"].iloc[0]), "ping-pong here")
     runs = runs.copy()
@@ -200,4 +200,5 @@ def add_model(runs: pd.DataFrame, bench: pd.DataFrame) -> tuple[pd.DataFrame, pd
     runs["model_error"] = runs["model_epoch_s"] / runs["median_epoch_s"] - 1
     ranks = sorted({*MODEL_RANKS, *runs["ranks"]})
     model = predict(runs, {"measured here": measured, **INTERCONNECTS}, ranks)
+    model["collectives"] = collectives(str(bench["library"].iloc[0]) if "library" in bench else "")
     return runs, model
