@@ -485,3 +485,39 @@ def test_with_isolation_off_runs_are_recorded_shared_and_their_speedups_flagged(
         assert json.loads(meta.read_text())["timing"]["isolation"] == "shared"
     runs = pd.read_csv(wd / "results/test/metrics/runs.csv")
     assert not runs["speedup_isolated"].any() and runs["speedup"].notna().all()
+
+
+@pytest.mark.timeout(600)
+def test_leftovers_keep_every_recorded_study_and_stop_at_a_config_they_cannot_read(tmp_path):
+    wd = copy_repo(tmp_path)
+    (wd / ".venv").symlink_to(Path(sys.executable).parents[1])
+    make = ["make", "-s", "leftovers", "CONFIG=config/test.yaml"]
+
+    def leftovers(*extra):
+        return subprocess.run([*make, *extra], cwd=wd, capture_output=True, text=True, env=copy_env(wd))
+
+    write_config(wd, _iris(algorithm="serial", learning_rate=0.2), name="b.yaml")
+    subprocess.run([*SNAKEMAKE, "--cores", "2", "--configfile", "config/b.yaml"], cwd=wd, check=True, env=copy_env(wd))
+    write_config(wd, _iris(algorithm="serial", learning_rate=0.1))
+    snakemake(wd)
+    b_run = next((wd / "results/runs").glob("iris/**/learning_rate~0.2/**/run.json")).parent
+
+    # a typo in study b: one line naming the file, nothing listed or removed, b's run still there
+    broken = _iris(algorithm="seriall", learning_rate=0.2)
+    write_config(wd, broken, name="b.yaml")
+    p = leftovers("REMOVE=1")
+    assert p.returncode != 0 and "config/b.yaml" in p.stderr and "seriall" in p.stderr, p.stdout + p.stderr
+    assert "leftover:" not in p.stdout and "removed" not in p.stdout and b_run.exists()
+
+    # b's config kept outside config/: its recorded run list (results/b/runs.txt) still keeps its run
+    (wd / "config/b.yaml").rename(tmp_path / "b.yaml")
+    p = leftovers()
+    assert p.returncode == 0 and "no leftover run directories" in p.stdout, p.stdout + p.stderr
+
+    # study test drops lr 0.1: that run, and only it, is a leftover, removed with its size printed
+    write_config(wd, _iris(algorithm="serial", learning_rate=0.05))
+    snakemake(wd)
+    p = leftovers("REMOVE=1")
+    removed = [x for x in p.stdout.splitlines() if x.startswith("removed: ")]
+    assert len(removed) == 1 and "learning_rate~0.1/" in removed[0] and removed[0].endswith("KB)"), p.stdout
+    assert b_run.exists() and not list((wd / "results/runs").glob("iris/**/learning_rate~0.1/**/run.json"))
