@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mpinet-ckpt-") as tmp:
         data = Path(tmp) / "iris"
-        prepare_table(REPO / "data" / "iris.csv", data)
+        prepare_table(REPO / "src" / "mpinet" / "data" / "iris.csv", data)
         variants = {
             "no checkpoint": [],
             "checkpoint every 10 s (default)": ["--checkpoint", f"{tmp}/a/checkpoint.npz"],

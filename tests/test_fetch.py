@@ -201,7 +201,7 @@ def odd_server():
     import http.server
     import threading
 
-    iris = (Path(__file__).resolve().parents[1] / "data" / "iris.csv").read_bytes()
+    iris = (Path(__file__).resolve().parents[1] / "src" / "mpinet" / "data" / "iris.csv").read_bytes()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *a):
@@ -265,7 +265,7 @@ def test_a_trickling_download_stops_at_its_deadline(odd_server, tmp_path):
 def test_a_compressed_single_file_is_decompressed(tmp_path, suffix, opener):
     import importlib
 
-    iris = Path(__file__).resolve().parents[1] / "data" / "iris.csv"
+    iris = Path(__file__).resolve().parents[1] / "src" / "mpinet" / "data" / "iris.csv"
     packed = tmp_path / f"iris.csv{suffix}"
     with importlib.import_module(opener).open(packed, "wb") as f:
         f.write(iris.read_bytes())
@@ -275,3 +275,15 @@ def test_a_compressed_single_file_is_decompressed(tmp_path, suffix, opener):
     cut.write_bytes(packed.read_bytes()[: len(packed.read_bytes()) // 2])
     with pytest.raises(MpinetError, match=f"cut.csv{suffix}: truncated or corrupt {suffix} file"):
         fetch(str(cut), tmp_path / "raw2")
+
+
+def test_the_bundled_iris_table_is_found_from_any_directory_and_an_unknown_name_is_refused(tmp_path, monkeypatch):
+    from mpinet.fetch import resolve_source, source_error
+
+    monkeypatch.chdir(tmp_path)
+    path = resolve_source("bundled:iris")
+    assert path.endswith("iris.csv") and open(path).read().count("\n") >= 150
+    assert source_error("iris", {"source": "bundled:iris"}) is None
+    refused = source_error("m", {"source": "bundled:mnist"})
+    assert "unknown bundled dataset 'bundled:mnist'; expected bundled:iris" in refused
+    assert resolve_source("data/x.csv") == "data/x.csv"

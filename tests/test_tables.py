@@ -7,7 +7,7 @@ from conftest import REPO
 from mpinet import MpinetError, dataset
 from mpinet.tables import prepare_table, read_table, stratified_split
 
-IRIS = REPO / "data" / "iris.csv"
+IRIS = REPO / "src" / "mpinet" / "data" / "iris.csv"
 
 
 def _uci_iris(tmp_path):
