@@ -97,7 +97,7 @@ def main(argv=None) -> int:
             started, load_start = _now(), os.getloadavg()[0]
             ck = Path(args.checkpoint) if args.checkpoint else None
             result = train(arrays, opts, comm, ck, log, args.checkpoint_seconds)
-            meta = run_metadata(comm, opts, args.data, arrays)
+            meta = run_metadata(comm, opts, args.data, arrays, args.launcher)
             meta["train_seconds"] = time.perf_counter() - t0
             # whether anything else could have run beside this job, and how busy the machine was
             meta["timing"] = {
@@ -108,8 +108,6 @@ def main(argv=None) -> int:
                 "load1_end": os.getloadavg()[0],
             }
             meta["resumed_from_epoch"] = result.resumed_from_epoch
-            if "mpi" in meta:
-                meta["mpi"]["launcher"] = args.launcher
             meta["peak_rss_mb"] = comm.max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # max over ranks
             if comm.rank == 0:
                 write_outputs(Path(args.out), result, opts, arrays, meta)

@@ -17,12 +17,10 @@ from functools import cache
 
 from mpinet import MpinetError
 
-FAMILIES = ("mpich", "openmpi", "intel")
-
 
 @dataclass(frozen=True)
 class Library:
-    family: str  # one of FAMILIES, or "unknown"
+    family: str  # mpich, openmpi, intel or unknown (family_of)
     version: str  # the library's own first line, e.g. "MPICH Version: 5.0.2"
 
 

@@ -21,10 +21,10 @@ def write_record(path: str | Path, run_dirs: list[str]) -> None:
     tmp.replace(path)
 
 
-def referenced(results_root: Path, config_dir: Path, schema: Path, runs_root: str) -> set[Path]:
-    """Every run directory a recorded study or a study config in config_dir lists."""
+def referenced(results_root: Path, config_dir: Path, schema: Path, runs_root: str, current=()) -> set[Path]:
+    """Every run directory the current study, a recorded study or a study config in config_dir lists."""
     dirs = {Path(line) for rec in sorted(results_root.glob(f"*/{RECORD}")) for line in rec.read_text().split()}
-    return dirs | config_run_dirs(config_dir, schema, runs_root)
+    return dirs | {Path(d) for d in current} | config_run_dirs(config_dir, schema, runs_root)
 
 
 def config_run_dirs(config_dir: Path, schema: Path, runs_root: str) -> set[Path]:

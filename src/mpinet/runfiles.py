@@ -60,8 +60,9 @@ def write_outputs(out: Path, result: Result, opts: Options, arrays: dataset.Arra
     dataset.write_json(out / "run.json", {"options": asdict(opts), **meta})
 
 
-def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays) -> dict:
-    """Provenance for run.json; called on every rank (host names are gathered)."""
+def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays, launcher: str | None = None) -> dict:
+    """Provenance for run.json; called on every rank (host names are gathered). `launcher` is the
+    line that started the ranks, as the workflow passed it."""
     from threadpoolctl import threadpool_info
 
     hosts = comm.gather_strings(f"{socket.gethostname()} {os.cpu_count() or 1}")
@@ -99,5 +100,10 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
         from mpinet.launcher import family_of
 
         version = mpi_library_version()
-        meta["mpi"] = {"library": version, "family": family_of(version), "mpi4py": mpi4py.__version__}
+        meta["mpi"] = {
+            "library": version,
+            "family": family_of(version),
+            "mpi4py": mpi4py.__version__,
+            "launcher": launcher,
+        }
     return meta

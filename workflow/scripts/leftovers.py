@@ -10,8 +10,8 @@ p = sm.params
 
 
 def report() -> str:
-    keep = referenced(Path(p.results_root), Path(p.config_dir), Path(p.schema), p.runs_root)
-    return leftovers_report(Path(p.runs_root), Path(p.logs_root), keep | {Path(d) for d in p.study_runs}, p.delete)
+    keep = referenced(Path(p.results_root), Path(p.config_dir), Path(p.schema), p.runs_root, p.study_runs)
+    return leftovers_report(Path(p.runs_root), Path(p.logs_root), keep, p.delete)
 
 
 text = run_step(sm.log[0], report)
