@@ -59,7 +59,7 @@ def test_an_unknown_partition_is_named():
 
 
 def test_a_job_comment_reads_as_its_experiment_with_only_non_default_values():
-    comment = "rule_train_mpi_wildcards_iris_allreduce_2_1_4_0.01_100_30-20_l2_True_float32_1_samples_True_7_1"
+    comment = "rule_train_mpi_wildcards_iris_allreduce_2_1_4_0.01_100_0_0_30-20_l2_True_float32_1_samples_True_7_1"
     assert describe_comment(comment, COLUMNS, DEFAULTS) == (
         "iris allreduce ranks=2 learning_rate=0.01 faithful=True seed=7"
     )

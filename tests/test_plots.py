@@ -10,7 +10,7 @@ from mpinet.aggregate import write_tables
 from mpinet.experiments import DEFAULTS
 from mpinet.plots import plot_dataset
 
-FIGURES = ["curves", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"]
+FIGURES = ["curves", "data_size", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"]
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,9 @@ def load_epochs(runs: list[dict]) -> pd.DataFrame:
         m["nodes"] = len(meta.get("hosts", [])) or 1  # the hosts the ranks ran on, not the ones asked for
         m["run_dir"] = str(d)
         frames.append(m)
-    front = [*PARAMS, "run_dir", "train_samples", "features", "classes", "isolation", "nodes", "cores"]
+    # train_samples is an experiment key (0: all) and here the samples the run trained on
+    front = list(dict.fromkeys([*PARAMS, "run_dir", "train_samples", "features", "classes", "isolation", "nodes"]))
+    front.append("cores")
     df = pd.concat(frames, ignore_index=True)
     return df[front + [c for c in df.columns if c not in front]]
 
@@ -116,11 +118,18 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
             }
         )
     runs = pd.DataFrame(rows)
+    # the baseline trains the same data (strong scaling) or the same samples per rank (weak scaling)
+    weak = runs["samples_per_rank"] > 0
+    runs["_samples"] = runs["train_samples"].where(~weak, 0)
+    keys = [*BASELINE_KEYS, "samples_per_rank", "_samples"]
     serial = runs[(runs["algorithm"] == "serial") & (runs["ranks"] == 1)]
-    g = serial.groupby(BASELINE_KEYS)
+    g = serial.groupby(keys)
     base = pd.DataFrame({"serial_epoch_s": g["median_epoch_s"].mean(), "serial_isolated": g["isolated"].all()})
-    runs = runs.merge(base, left_on=BASELINE_KEYS, right_index=True, how="left")
-    runs["speedup"] = runs["serial_epoch_s"] / runs["median_epoch_s"]
+    runs = runs.merge(base, left_on=keys, right_index=True, how="left").drop(columns="_samples")
+    ratio = runs["serial_epoch_s"] / runs["median_epoch_s"]
+    runs["speedup"] = ratio.where(~weak)
+    # weak scaling: epoch time of 1 rank with K samples / epoch time of P ranks with P·K samples
+    runs["weak_efficiency"] = ratio.where(weak)
     # spread between separate launches of the same experiment (repeats): (max - min) / median
     same = [c for c in PARAMS if c != "repeat"]
     t = runs.groupby(same, sort=False)["median_epoch_s"]
@@ -145,6 +154,7 @@ def summarize_seeds(runs: pd.DataFrame) -> pd.DataFrame:
         "samples_per_s",
         "speedup",
         "efficiency",
+        "weak_efficiency",
         "time_to_target_s",
         "launch_spread",
     ]

@@ -139,36 +139,69 @@ def _work(run, compute: dict) -> tuple | None:
 
 
 def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
-    """Predicted epoch time, speedup and efficiency of every design at every rank count, for each
-    configuration the runs measured and each link (name -> Link)."""
+    """Predicted epoch time of every design at every rank count, for each configuration the runs
+    measured and each link (name -> Link): strong scaling (speedup and efficiency on the run's
+    training set) or, for samples_per_rank runs, weak scaling (the 1-rank epoch with K samples over
+    the P-rank epoch with K per training rank)."""
     compute = fit_compute(runs)
     rows = []
-    configs = runs.drop_duplicates(subset=[*COMPUTE_KEYS, "sync_every", "features", "classes"])
+    keys = [*COMPUTE_KEYS, "sync_every", "features", "classes", "train_samples", "samples_per_rank"]
+    weak_runs = runs["samples_per_rank"] > 0 if "samples_per_rank" in runs else pd.Series(False, index=runs.index)
+    # one strong configuration per training set; one weak one per samples_per_rank
+    configs = runs.assign(train_samples=runs["train_samples"].where(~weak_runs, 0)).drop_duplicates(
+        subset=[k for k in keys if k in runs]
+    )
     for _, c in configs.iterrows():
         if (work := _work(c, compute)) is None:
             continue
-        serial = epoch_seconds("serial", 1, *work, Link(0, 0))
+        per_rank = int(c.get("samples_per_rank", 0) or 0)
+        serial = epoch_seconds("serial", 1, *_sized(work, per_rank or work[0]), Link(0, 0))
         for name, link in links.items():
             for algorithm in ("allreduce", "paramserver"):
                 for p in rank_counts:
                     if algorithm == "paramserver" and p < 2:
                         continue
-                    t = epoch_seconds(algorithm, p, *work, link, c["sync_every"])
+                    samples = per_rank * (p - 1 if algorithm == "paramserver" else p) if per_rank else work[0]
+                    t = epoch_seconds(algorithm, p, *_sized(work, samples), link, c["sync_every"])
                     rows.append(
                         {
                             **{k: c[k] for k in COMPUTE_KEYS},
                             "sync_every": c["sync_every"],
+                            "scaling": "weak" if per_rank else "strong",
+                            "train_samples": samples,
+                            "samples_per_rank": per_rank,
                             "link": name,
                             "algorithm": algorithm,
                             "ranks": p,
                             "epoch_s": t,
-                            "speedup": serial / t,
-                            "efficiency": serial / t / p,
+                            "speedup": np.nan if per_rank else serial / t,
+                            "efficiency": np.nan if per_rank else serial / t / p,
+                            "weak_efficiency": serial / t if per_rank else np.nan,
                         }
                     )
     # with no 1-rank run to fit the compute to, there is nothing to predict: an empty table, with its columns
-    columns = [*COMPUTE_KEYS, "sync_every", "link", "algorithm", "ranks", "epoch_s", "speedup", "efficiency"]
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=MODEL_COLUMNS)
+
+
+MODEL_COLUMNS = [
+    *COMPUTE_KEYS,
+    "sync_every",
+    "scaling",
+    "train_samples",
+    "samples_per_rank",
+    "link",
+    "algorithm",
+    "ranks",
+    "epoch_s",
+    "speedup",
+    "efficiency",
+    "weak_efficiency",
+]
+
+
+def _sized(work: tuple, samples: int) -> tuple:
+    """A run's work (as _work gives it) with another training-set size."""
+    return (samples, *work[1:])
 
 
 def predicted_epochs(runs: pd.DataFrame, link: Link) -> pd.Series:

@@ -77,6 +77,34 @@ def check(a: Arrays, where: str, check_values: bool = True) -> None:
         raise MpinetError(f"{where}: classes.json lists {len(a.classes)} class; at least 2 are needed")
 
 
+SUBSET_SEED = 20240  # one fixed seed: every design, rank count and seed trains on the same subset
+
+
+def subset_rows(train_y: np.ndarray, n: int, n_classes: int) -> np.ndarray:
+    """Row indices (ascending, so the memory map is read in file order) of the first n samples of
+    one fixed, class-stratified ranking of the training set: every class's rows in a seeded random
+    order, interleaved by their position within the class (the j-th of a class's m rows ranks at
+    j / m). Every class is in any subset of at least n_classes rows, each class's share tracks its
+    share of the data, and a smaller subset lies inside every larger one."""
+    y = np.asarray(train_y)
+    key = np.empty(len(y))
+    for c in range(n_classes):
+        rows = np.flatnonzero(y == c)
+        rng = np.random.default_rng([SUBSET_SEED, c])
+        key[rng.permutation(rows)] = np.arange(len(rows)) / max(len(rows), 1)
+    ranking = np.lexsort((y, key))  # by position within the class, ties by class
+    return np.sort(ranking[:n])
+
+
+def prepared_size(directory: str | Path) -> tuple[int, int] | None:
+    """(training samples, classes) of a prepared dataset from its summary.json, or None if not prepared."""
+    try:
+        summary = json.loads((Path(directory) / "summary.json").read_text())
+        return sum(summary["counts"]["train"].values()), len(summary["classes"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def first_nonfinite_row(x: np.ndarray, chunk_bytes: int = 32 << 20) -> int | None:
     """Index of the first row holding NaN or inf, or None.
 

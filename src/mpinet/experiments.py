@@ -31,8 +31,16 @@ VARIANT_COLUMNS = tuple(c for c in COLUMNS if c not in ("algorithm", "ranks", *L
 
 
 def varying(table: pd.DataFrame) -> list[str]:
-    """The variant columns a table of experiments or runs holds more than one value of."""
-    return [c for c in VARIANT_COLUMNS if c in table and table[c].nunique() > 1]
+    """The variant columns a table of experiments or runs holds more than one value of (a weak-scaling
+    run's training-set size follows its ranks: it makes no variant of its own)."""
+    return [c for c in VARIANT_COLUMNS if c in table and variant_values(table, c).nunique() > 1]
+
+
+def variant_values(table: pd.DataFrame, column: str) -> pd.Series:
+    """A variant column's values, NaN where they do not tell variants apart (train_samples of weak-scaling runs)."""
+    if column == "train_samples" and "samples_per_rank" in table:
+        return table[column].where(table["samples_per_rank"] == 0)
+    return table[column]
 
 
 def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
@@ -62,7 +70,8 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
         if len(rows) == before:
             raise MpinetError(
                 f"{where}: no runnable combination (serial runs on 1 rank, paramserver needs at least 2 "
-                "ranks, sync_every > 1 needs allreduce, faithful needs loss l2 and sync_every 1)"
+                "ranks, sync_every > 1 needs allreduce, faithful needs loss l2 and sync_every 1, train_samples and "
+                "samples_per_rank exclude each other)"
             )
     if not rows:
         raise MpinetError("experiments: the list is empty; add at least one sweep")
@@ -86,6 +95,21 @@ def _check_one_placement(df: pd.DataFrame) -> None:
             f"listed with nodes {placements}; placement does not change the numbers and is not part of the "
             "run's path, so both would share one run directory: give the experiment one nodes value"
         )
+
+
+def check_sizes(experiments: pd.DataFrame, prepared_size) -> None:
+    """Every experiment's training set against its data's size, for the datasets prepared_size(name)
+    knows ((training samples, classes), or None): a subset larger than the data, or too small for
+    its classes or training ranks, is an error naming the key and the data's size."""
+    for name, rows in experiments.groupby("dataset", sort=True):
+        if (size := prepared_size(name)) is None:
+            continue
+        for row in rows.to_dict("records"):
+            try:
+                check_options(_options(row), row["ranks"], *size)
+            except MpinetError as e:
+                where = f"dataset {name}, {row['algorithm']} on {row['ranks']} ranks"
+                raise MpinetError(f"experiments: {where}: {e}") from None
 
 
 def grid_paths(experiments: pd.DataFrame) -> list[str]:
@@ -133,14 +157,20 @@ def _as_list(key, value) -> list:
     return value if isinstance(value, list) else [value]
 
 
+def _options(row: dict) -> Options:
+    """A grid row's training options (hidden as a tuple of sizes or as '30-20')."""
+    hidden = row["hidden"]
+    hidden = tuple(int(h) for h in hidden.split("-")) if isinstance(hidden, str) else tuple(hidden)
+    return Options(**{k: hidden if k == "hidden" else row[k] for k in OPTIONS})
+
+
 def _possible(row: dict, where: str) -> bool:
     """Whether the trainer accepts this combination; the trainer's own option check decides, so the
     grid and the engine cannot disagree. Values that are wrong on their own are an error naming
     the key (the schema refuses most of them first); combinations that cannot go together
     (serial on 2 ranks, paramserver on 1, ...) are dropped from the sweep."""
-    options = Options(**{k: tuple(row[k]) if k == "hidden" else row[k] for k in OPTIONS})
     try:
-        check_options(options, row["ranks"], n_train=row["ranks"])
+        check_options(_options(row), row["ranks"], n_train=None)
     except Impossible:
         return False
     except MpinetError as e:

@@ -30,6 +30,12 @@ class Options:
     batch_size: int = _option(4, "samples per step per training rank")
     learning_rate: float = _option(0.3, "SGD step size, for gradients averaged over the global batch")
     epochs: int = _option(100, "passes over the training set")
+    train_samples: int = _option(
+        0, "train on a seeded, class-stratified subset of this many training samples (0: all); the test set stays whole"
+    )
+    samples_per_rank: int = _option(
+        0, "weak scaling: train on this many samples per training rank (0: off; excludes train_samples)"
+    )
     hidden: tuple[int, ...] = _option((30, 20), "hidden layer sizes")
     loss: str = _option("l2", "l2 on one-hot labels or softmax cross-entropy", LOSSES)
     standardize: bool = _option(True, "standardize each sample's hidden pre-activations (true/false)")
@@ -52,8 +58,9 @@ class Impossible(MpinetError):
     """Options that are each valid but cannot go together (serial on 2 ranks, ...): a sweep drops them."""
 
 
-def check_options(opts: Options, ranks: int, n_train: int) -> None:
-    """Raise MpinetError naming the option if a run with these options cannot work."""
+def check_options(opts: Options, ranks: int, n_train: int | None, n_classes: int = 0) -> None:
+    """Raise MpinetError naming the option if a run with these options cannot work. n_train and
+    n_classes are the data's sizes; None (the grid, before any data exists) checks the rest."""
     if opts.algorithm not in ALGORITHMS:
         raise MpinetError(f"algorithm: unknown '{opts.algorithm}'; expected one of {', '.join(ALGORITHMS)}")
     if opts.algorithm == "serial" and ranks != 1:
@@ -82,9 +89,40 @@ def check_options(opts: Options, ranks: int, n_train: int) -> None:
         raise Impossible(f"sync_every > 1 (local SGD) applies to allreduce only, not {opts.algorithm}")
     if opts.faithful and (opts.loss != "l2" or opts.sync_every != 1):
         raise Impossible("faithful reproduces the original: it needs loss l2 and sync_every 1")
-    workers = data_ranks(opts.algorithm, ranks)
-    if workers > n_train:
-        raise MpinetError(f"{workers} training ranks but only {n_train} training samples; use fewer ranks")
+    _check_size(opts, data_ranks(opts.algorithm, ranks), n_train, n_classes)
+
+
+def _check_size(opts: Options, workers: int, n_train: int | None, n_classes: int) -> None:
+    """The training set's size: the subset asked for fits the data, every class and every training rank."""
+    for key in ("train_samples", "samples_per_rank"):
+        if getattr(opts, key) < 0:
+            raise MpinetError(f"{key} must be 0 or a positive integer, got {getattr(opts, key)}")
+    if opts.train_samples and opts.samples_per_rank:
+        raise Impossible("train_samples and samples_per_rank exclude each other (one fixes the total, one the share)")
+    n = train_size(opts, workers, n_train)
+    what = _size_key(opts, workers)
+    if n_train is not None and n > n_train:
+        raise MpinetError(f"{what} is more than the {n_train} training samples of the data")
+    if (opts.train_samples or opts.samples_per_rank) and n_classes and n < n_classes:
+        raise MpinetError(f"{what} cannot hold a sample of each of the data's {n_classes} classes")
+    if n is not None and workers > n:
+        if what:
+            raise MpinetError(f"{what} gives fewer samples than the {workers} training ranks")
+        raise MpinetError(f"{workers} training ranks but only {n} training samples; use fewer ranks")
+
+
+def _size_key(opts: Options, workers: int) -> str:
+    if opts.samples_per_rank:
+        k = opts.samples_per_rank
+        return f"samples_per_rank {k} x {workers} training ranks = {k * workers}"
+    return f"train_samples {opts.train_samples}" if opts.train_samples else ""
+
+
+def train_size(opts: Options, workers: int, n_train: int | None) -> int | None:
+    """How many training samples a run trains on: its subset, or all n_train (None: not known yet)."""
+    if opts.samples_per_rank:
+        return opts.samples_per_rank * workers
+    return opts.train_samples or n_train
 
 
 def data_ranks(algorithm: str, ranks: int) -> int:

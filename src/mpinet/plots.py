@@ -11,7 +11,7 @@ from matplotlib.figure import Figure  # the object API draws without pyplot, so 
 from matplotlib.ticker import ScalarFormatter
 
 from mpinet import MpinetError
-from mpinet.experiments import varying
+from mpinet.experiments import variant_values, varying
 
 DESIGN_COLORS = {"serial": "#4d4d4d", "allreduce": "#1f77b4", "paramserver": "#d62728"}
 DESIGN_NAMES = {"serial": "serial", "allreduce": "Allreduce", "paramserver": "parameter server (Send/Recv)"}
@@ -62,33 +62,116 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
     return _finish(fig, axes, f"{title}: training curves (mean over seeds, band: min to max)", path)
 
 
+def data_size(epochs: pd.DataFrame, title: str, path) -> dict:
+    """The original's data-size comparison (its 220 vs 14,000 images): training loss and test accuracy
+    per epoch for each training-set size, one column per design (at its largest rank count), seeds
+    averaged with a min-to-max band. Weak-scaling runs, whose size follows their ranks, are left out."""
+    df = _label(epochs)
+    if "samples_per_rank" in df:
+        df = df[df["samples_per_rank"] == 0]
+    widest = df.groupby("algorithm")["ranks"].transform("max")
+    df = df[df["ranks"] == widest].sort_values("algorithm", key=lambda c: c.map(DESIGN_ORDER))
+    designs = list(dict.fromkeys(df["algorithm"]))
+    fig, grid = _subplots(2, max(1, len(designs)), figsize=(5.5 * max(1, len(designs)), 8), squeeze=False)
+    sizes = sorted(df["train_samples"].unique())
+    if len(sizes) < 2:
+        for ax in grid.flat:
+            ax.text(0.5, 0.5, "one training-set size:\nsweep train_samples for this figure", ha="center", va="center")
+    palette = dict(zip(sizes, sns.color_palette("viridis", len(sizes))))
+    for column, algorithm in zip(grid.T, designs):
+        part = df[df["algorithm"] == algorithm]
+        part = part.assign(samples=part["train_samples"].map("{:,} samples".format))
+        for ax, y, label in (
+            (column[0], "train_loss", "training loss (mean per sample)"),
+            (column[1], "test_accuracy", "test accuracy"),
+        ):
+            sns.lineplot(
+                data=part,
+                x="epoch",
+                y=y,
+                hue="samples",
+                hue_order=[f"{n:,} samples" for n in sizes if n in set(part["train_samples"])],
+                palette={f"{n:,} samples": c for n, c in palette.items()},
+                errorbar=("pi", 100),
+                ax=ax,
+            )
+            ax.set_xlabel("epoch")
+            ax.set_ylabel(label)
+            ax.set_title(f"{DESIGN_NAMES[algorithm]}, {_ranks(int(part['ranks'].iloc[0]))}", fontsize=9)
+        column[0].set_yscale("log")
+        column[1].set_ylim(0, 1.02)
+    axes = list(grid.flat)
+    return _finish(fig, axes, f"{title}: loss and accuracy by training-set size (band: min to max over seeds)", path)
+
+
 def scaling(runs: pd.DataFrame, title: str, path, original: bool = False, model: pd.DataFrame | None = None) -> dict:
-    """Speedup and parallel efficiency against the 1-rank serial run, with the ideal lines, beside the
-    final accuracy each design reached. Bars span the lowest to highest speedup at the runs'
-    epoch-time quartiles (over epochs and seeds); hollow markers: a run or its baseline was not
-    timed alone; x: more ranks than cores. `model` adds the cost model's lines, `original` the
-    original project's Intel numbers."""
+    """Strong scaling (speedup and parallel efficiency against the 1-rank serial run on the same
+    data, with the ideal lines), weak scaling when the study sweeps samples_per_rank, and the final
+    accuracy each design reached. Bars span the lowest to highest value at the runs' epoch-time
+    quartiles (over epochs and seeds); hollow markers: a run or its baseline was not timed alone;
+    x: more ranks than cores. `model` adds the cost model's lines, `original` the original
+    project's Intel numbers."""
     labelled = _label(runs)
     variants = sorted(labelled["variant"].unique())
     df = labelled[labelled["algorithm"] != "serial"].dropna(subset=["speedup"])
-    fig, axes = _subplots(1, 3, figsize=(17, 4.5))
-    _accuracy_panel(axes[2], labelled, variants)
+    if "weak_efficiency" not in labelled:  # a table without weak-scaling runs
+        labelled["weak_efficiency"] = np.nan
+    weak = labelled[labelled["algorithm"] != "serial"].dropna(subset=["weak_efficiency"])
+    n_panels = 4 if len(weak) else 3
+    fig, axes = _subplots(1, n_panels, figsize=(5.7 * n_panels, 4.5))
+    _accuracy_panel(axes[-1], labelled, variants)
     if df.empty:
         for ax in axes[:2]:
             ax.text(0.5, 0.5, "no speedup to draw:\nthe study has no matching serial run", ha="center", va="center")
     else:
         _speedup_panels(axes[:2], df, variants)
+    for ax in axes[:2]:
+        ax.set_title("strong scaling: training set and batch per rank fixed", fontsize=9)
     ranks = {*runs["ranks"]}
     with_model = model is not None and len(model) > 0
     if with_model:
-        _model_lines(axes[:2], model)
+        scaled = model["scaling"] if "scaling" in model else pd.Series("strong", index=model.index)
+        _model_lines(axes[:2], model[scaled == "strong"], ("speedup", "efficiency"))
+        if len(weak):
+            _model_lines(axes[2:3], model[scaled == "weak"], ("weak_efficiency",))
         ranks |= {4, 8, 16, 32}
     if original:
         _original_markers(axes[0])
         ranks |= set(ORIGINAL_INTEL["Allreduce"])
     _scaling_axes(fig, axes, sorted(ranks), wide=original or with_model, legend=not df.empty)
-    held = "speedup per epoch (batch per rank fixed: the global batch grows with ranks)"
-    return _finish(fig, axes, f"{title}: {held}", path, legend=False)  # _scaling_axes placed the legends
+    if len(weak):
+        _weak_panel(axes[2], weak, variants)
+    held = "per-epoch time (the global batch grows with ranks)"
+    return _finish(fig, axes, f"{title}: scaling of the {held}", path, legend=False)  # _scaling_axes placed the legends
+
+
+def _weak_panel(ax, weak: pd.DataFrame, variants: list[str]) -> None:
+    """Weak-scaling efficiency: the 1-rank epoch time with K samples over the P-rank one with P·K."""
+    half = weak["iqr_epoch_s"].fillna(0) / 2
+    weak = weak.assign(
+        lo=weak["serial_epoch_s"] / (weak["median_epoch_s"] + half),
+        hi=weak["serial_epoch_s"] / (weak["median_epoch_s"] - half).clip(lower=1e-12),
+    )
+    points = weak.groupby(["design", "algorithm", "variant", "ranks"], sort=True).agg(
+        mid=("weak_efficiency", "median"), lo=("lo", "min"), hi=("hi", "max")
+    )
+    for (design, algorithm, variant), line in points.reset_index().groupby(["design", "algorithm", "variant"]):
+        label, style = _series(design, variant, variants)
+        ax.errorbar(
+            line["ranks"],
+            line["mid"],
+            yerr=[line["mid"] - line["lo"], line["hi"] - line["mid"]],
+            color=DESIGN_COLORS[algorithm],
+            ls=style,
+            marker="o",
+            capsize=3,
+            label=label,
+        )
+    per_rank = ", ".join(str(k) for k in sorted(weak["samples_per_rank"].unique()))
+    ax.set_title(f"weak scaling: {per_rank} samples per training rank fixed", fontsize=9)
+    ax.set_ylabel("weak-scaling efficiency (t1(K) / tP(P·K))")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="best")
 
 
 def _series(design: str, variant: str, variants: list[str]) -> tuple[str, str]:
@@ -159,13 +242,16 @@ def _speedup_panels(axes, df: pd.DataFrame, variants: list[str]) -> None:
         axes[0].plot([], [], "x", color="black", ls="none", label="more ranks than cores")
 
 
-def _model_lines(axes, model: pd.DataFrame) -> None:
+def _model_lines(axes, model: pd.DataFrame, measures: tuple[str, ...]) -> None:
     """The cost model with this machine's alpha and beta, to 32 ranks: lines under the measured points."""
     mine = model[model["link"] == "measured here"]
-    configs = mine.groupby(["batch_size", "hidden", "dtype", "blas_threads", "sync_every"])
+    keys = ["batch_size", "hidden", "dtype", "blas_threads", "sync_every", "train_samples", "samples_per_rank"]
+    configs = mine.groupby(
+        [k for k in keys if k in mine and (k != "train_samples" or measures[0] != "weak_efficiency")]
+    )
     for i, (_, config) in enumerate(configs):
         for algorithm, line in config.groupby("algorithm"):
-            for ax, y in zip(axes, ("speedup", "efficiency")):
+            for ax, y in zip(axes, measures):
                 ax.plot(
                     line["ranks"],
                     line[y],
@@ -199,7 +285,8 @@ def _scaling_axes(fig, axes, ranks: list[int], wide: bool, legend: bool) -> None
         axes[0].set_yscale("log", base=2)
         axes[0].yaxis.set_major_formatter(ScalarFormatter())
     axes[0].plot(ranks, ranks, ls="--", color="grey", label="ideal")
-    axes[1].axhline(1.0, ls="--", color="grey", label="ideal")
+    for ax in axes[1:-1]:  # efficiencies, strong and weak
+        ax.axhline(1.0, ls="--", color="grey", label="ideal")
     axes[0].set_ylabel("speedup over serial (median epoch time)")
     axes[1].set_ylabel("parallel efficiency (speedup / processes)")
     # on log axes, ticks closer than 15 % would collide
@@ -333,6 +420,7 @@ def plot_dataset(
     name = f"{dataset} (synthetic data)" if json.loads(Path(summary_json).read_text()).get("synthetic") else dataset
     texts = {
         "curves": training_curves(e, name, out["curves"]),
+        "data_size": data_size(e, name, out["data_size"]),
         "scaling": scaling(r, name, out["scaling"], original=dataset == "intel", model=model),
         "time_split": time_split(r, name, out["time_split"]),
         "time_to_accuracy": time_to_accuracy(e, name, out["time_to_accuracy"], target),
@@ -367,8 +455,15 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
     columns = varying(df)  # each value set of the parameters the sweeps vary is its own curve
     df["variant"] = ""
     if columns:
-        df["variant"] = df[columns].apply(lambda r: ", ".join(f"{c}={v}" for c, v in r.items()), axis=1)
+        values = pd.DataFrame({c: variant_values(df, c) for c in columns})
+        df["variant"] = values.apply(_variant_name, axis=1)
     return df
+
+
+def _variant_name(values: pd.Series) -> str:
+    """'lr=0.3, hidden=30-20': the values that set a variant apart (samples_per_rank 0 is off, not a value)."""
+    shown = {c: v for c, v in values.items() if pd.notna(v) and not (c == "samples_per_rank" and v == 0)}
+    return ", ".join(f"{c}={v:g}" if isinstance(v, float) else f"{c}={v}" for c, v in shown.items())
 
 
 def _palette(df: pd.DataFrame) -> dict:

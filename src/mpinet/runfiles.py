@@ -12,7 +12,7 @@ import numpy as np
 
 from mpinet import __version__, dataset, numerics
 from mpinet.comm import Comm, mpi_library_version
-from mpinet.options import Options, data_ranks
+from mpinet.options import Options, data_ranks, train_size
 from mpinet.train import METRIC_COLUMNS, Result
 
 # Settings that change timings without changing a number: BLAS kernels, and MPICH's network module
@@ -75,7 +75,9 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
         "cores": sum(int(n) for n in cores.values()),  # on all the hosts the ranks ran on
         "data": {
             "path": str(data_dir),
-            "train_samples": len(arrays.train_y),
+            # the samples trained on (a subset when train_samples or samples_per_rank asks), of all
+            "train_samples": train_size(opts, data_ranks(opts.algorithm, comm.size), len(arrays.train_y)),
+            "available_train_samples": len(arrays.train_y),
             "test_samples": len(arrays.test_y),
             "features": int(arrays.train_x.shape[1]),
             "classes": arrays.classes,

@@ -89,6 +89,8 @@ def summary_table(runs_csv: str | Path) -> str:
             "reached": g["time_to_target_s"].apply(lambda s: f"{s.notna().sum()}/{len(s)}"),
         }
     )
+    if "weak_efficiency" in runs and runs["weak_efficiency"].notna().any():
+        table.insert(3, "weak_eff", g["weak_efficiency"].median().round(2))  # samples_per_rank sweeps
     return table.reset_index().to_string(index=False, na_rep="-")
 
 

@@ -25,7 +25,7 @@ from mpinet import MpinetError, dataset
 from mpinet.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint, signature
 from mpinet.comm import Comm, exchange_for
 from mpinet.model import Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
-from mpinet.options import Options, check_options, data_ranks
+from mpinet.options import Options, check_options, data_ranks, train_size
 
 METRIC_COLUMNS = (
     "epoch",
@@ -65,7 +65,7 @@ def train(
     one (0: after every epoch), so very short epochs do not spend their time writing files.
     """
     log = log or (lambda msg: None)
-    check_options(opts, comm.size, len(arrays.train_y))
+    check_options(opts, comm.size, len(arrays.train_y), len(arrays.classes))
     dt = np.dtype(opts.dtype)
     sizes = (arrays.train_x.shape[1], *opts.hidden, len(arrays.classes))
     net = Net(sizes, opts.loss, opts.standardize, dt, opts.faithful)
@@ -76,8 +76,11 @@ def train(
     exchange = exchange_for(opts.algorithm, opts.sync_every, comm, net.n_params, dt)
     n_data = data_ranks(opts.algorithm, comm.size)
     my_slot = comm.rank - 1 if opts.algorithm == "paramserver" else comm.rank
+    # the rows trained on: all, or a subset (indices into the memory map; nothing is copied on disk)
+    n = train_size(opts, n_data, len(arrays.train_y))
+    subset = None if n == len(arrays.train_y) else dataset.subset_rows(arrays.train_y, n, len(arrays.classes))
     # buffers for the rows a rank can hold in one step: a batch_size beyond the data allocates no more
-    ws = Workspace(net, min(opts.batch_size, math.ceil(len(arrays.train_y) / n_data)))
+    ws = Workspace(net, min(opts.batch_size, math.ceil(n / n_data)))
     xbuf = np.empty((ws.batch, net.sizes[0]), dtype=dt)
 
     result = Result(params, net)
@@ -90,7 +93,6 @@ def train(
     last_save, saved_rows = time.monotonic(), len(result.metrics)
     comm.bcast(params)  # identical weights everywhere, whatever a rank's RNG or file did
 
-    n = len(arrays.train_y)
     global_batch = opts.batch_size * n_data
     steps = math.ceil(n / global_batch)
     for epoch in range(start_epoch + 1, opts.epochs + 1):
@@ -105,7 +107,7 @@ def train(
                 # the rows of step k: this rank's slot of the k-th global batch
                 batch = _global_batch(order, k, global_batch, n, opts.shuffle)
                 mine = _slot(batch, my_slot, n_data)
-                x, y = _rows_of(arrays, mine, xbuf, opts.shuffle)
+                x, y = _rows_of(arrays, mine if subset is None else subset[mine], xbuf, opts.shuffle, subset is None)
                 # forward and backward: the loss on those rows and the lr-scaled gradient, in grads
                 scale = _step_scale(opts, len(batch), len(mine))
                 sums += _gradient(net, layers, grad_layers, grads, x, y, ws, scale)
@@ -152,9 +154,10 @@ def _step_scale(opts: Options, global_rows: int, my_rows: int) -> float:
     return opts.learning_rate / max(my_rows, 1)  # local SGD: every rank steps on its own slice
 
 
-def _rows_of(arrays: dataset.Arrays, rows: np.ndarray, xbuf: np.ndarray, shuffle: str):
-    """Features and labels of the given training rows: copied in file order, or a zero-copy view."""
-    if shuffle == "samples":
+def _rows_of(arrays: dataset.Arrays, rows: np.ndarray, xbuf: np.ndarray, shuffle: str, whole: bool):
+    """Features and labels of the given training rows: copied in file order, or a zero-copy view
+    (contiguous batches of the whole set; a subset's batch is not contiguous in the file)."""
+    if shuffle == "samples" or not whole:
         rows = np.sort(rows)  # sequential reads of the memory map
         return _gather(arrays.train_x, rows, xbuf), np.asarray(arrays.train_y[rows])
     return _rows(arrays.train_x, rows, xbuf), np.asarray(arrays.train_y[rows])

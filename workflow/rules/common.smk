@@ -32,6 +32,7 @@ from mpinet.cluster import TrainingJob, check_fits, mem_per_cpu_mb, partitions
 from mpinet.fetch import local_files, resolve_source, source_error
 from mpinet.experiments import (
     COLUMNS,
+    check_sizes,
     config_error,
     expand_sweeps,
     grid_paths,
@@ -52,6 +53,8 @@ for name, entry in config["datasets"].items():
 
 try:
     EXPERIMENTS = expand_sweeps(config["experiments"], config["datasets"])
+    # subsets checked against the data's size where it is prepared (else the training job checks)
+    check_sizes(EXPERIMENTS, lambda d: dataset.prepared_size(f"resources/data/{d}"))
 except MpinetError as e:
     raise WorkflowError(f"config: {e}") from None
 
@@ -80,6 +83,7 @@ RUN_FILES = ["metrics.csv", "confusion.csv", "weights.npz", "run.json"]
 DATASET_FILES = list(dataset.FILES)
 FIGURES = [
     "curves",
+    "data_size",
     "scaling",
     "time_split",
     "time_to_accuracy",
@@ -102,6 +106,8 @@ wildcard_constraints:
     blas_threads=r"\d+",
     batch_size=r"\d+",
     epochs=r"\d+",
+    train_samples=r"\d+",
+    samples_per_rank=r"\d+",
     sync_every=r"\d+",
     seed=r"-?\d+",
     repeat=r"\d+",

@@ -14,6 +14,13 @@ rule plots:
             subcategory="{dataset}",
             labels={"figure": "loss and accuracy"},
         ),
+        data_size=report(
+            f"{STUDY_DIR}/plots/{{dataset}}/data_size.png",
+            caption="../report/data_size.rst",
+            category="Training curves",
+            subcategory="{dataset}",
+            labels={"figure": "by training-set size"},
+        ),
         time_to_accuracy=report(
             f"{STUDY_DIR}/plots/{{dataset}}/time_to_accuracy.png",
             caption="../report/time_to_accuracy.rst",
