@@ -99,7 +99,7 @@ def test_workflow_produces_tables_plots_and_runs(workdir):
         for f in ("curves", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"):
             assert (workdir / f"results/test/plots/{d}/{f}.png").stat().st_size > 10_000
     run = workdir / "results/runs/iris/algorithm~allreduce/ranks~2/blas_threads~1/batch_size~4/learning_rate~0.3"
-    rest = "epochs~5/hidden~30-20/loss~l2/standardize~True/dtype~float32/sync_every~1/shuffle~samples/faithful~False"
+    rest = "epochs~5/train_samples~0/samples_per_rank~0/hidden~30-20/loss~l2/standardize~True/dtype~float32/sync_every~1/shuffle~samples/faithful~False"
     rest += "/seed~1/repeat~1"
     assert (run / rest / "metrics.csv").exists()
     assert not list((workdir / "results").rglob("checkpoint.npz"))  # finished runs leave no checkpoint
@@ -158,6 +158,30 @@ def test_adding_a_rank_count_schedules_only_the_new_experiments(workdir):
     try:
         jobs = planned(workdir)
         assert jobs.get("train_mpi") == 2 and "train_single" not in jobs  # allreduce and paramserver on 3
+    finally:
+        write_config(workdir, TINY)
+
+
+def test_a_subset_trains_only_its_experiments_and_one_larger_than_the_data_stops_before_any_job(workdir):
+    cfg = yaml.safe_load(yaml.safe_dump(TINY))
+    cfg["experiments"].append({**TINY["experiments"][0], "algorithm": ["serial", "allreduce"], "train_samples": 40})
+    write_config(workdir, cfg)
+    try:
+        jobs = planned(workdir)
+        # serial, allreduce on 1 and on 2 ranks, on 40 rows; the whole-set runs are kept
+        assert jobs.get("train_single") == 2 and jobs.get("train_mpi") == 1
+        assert "prepare" not in jobs and jobs["aggregate"] == 1
+        cfg["experiments"][-1]["train_samples"] = 5000
+        write_config(workdir, cfg)
+        p = snakemake(workdir, "-n", check=False)
+        assert p.returncode != 0
+        lines = [x for x in (p.stdout + p.stderr).splitlines() if "train_samples 5000" in x]
+        n_train = json.loads((workdir / "resources/data/iris/summary.json").read_text())["shapes"]["train_x"][0]
+        assert lines == [
+            f"config: experiments: dataset iris, serial on 1 rank: train_samples 5000 is more than the {n_train} "
+            "training samples of the data"
+        ], p.stderr[-2000:]
+        assert "Traceback" not in p.stdout + p.stderr
     finally:
         write_config(workdir, TINY)
 
@@ -397,13 +421,17 @@ def test_a_training_error_reaches_the_console_not_only_the_log(tmp_path):
         "experiments": [
             {"dataset": "iris", "algorithm": a, "ranks": r, "learning_rate": 1e300, "loss": "xent", "epochs": 2}
             for a, r in (("serial", 1), ("allreduce", 2))
-        ],
+        ]
+        # not prepared when the DAG is built, so the training job itself refuses the size
+        + [{"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "train_samples": 5000, "epochs": 2}],
     }
     write_config(wd, cfg)
     p = snakemake(wd, "--keep-going", check=False, timeout=300)
     assert p.returncode != 0
     lines = [x for x in (p.stdout + p.stderr).splitlines() if x.startswith("mpinet.train: error: training diverged")]
     assert len(lines) == 2, p.stderr[-3000:]
+    lines = [x for x in (p.stdout + p.stderr).splitlines() if x.startswith("mpinet.train: error: train_samples")]
+    assert len(lines) == 1 and "train_samples 5000 is more than the" in lines[0], p.stderr[-3000:]
 
 
 def _iris(**experiment):

@@ -108,7 +108,8 @@ def check_sizes(experiments: pd.DataFrame, prepared_size) -> None:
             try:
                 check_options(_options(row), row["ranks"], *size)
             except MpinetError as e:
-                where = f"dataset {name}, {row['algorithm']} on {row['ranks']} ranks"
+                ranks = f"{row['ranks']} rank{'s' if row['ranks'] != 1 else ''}"
+                where = f"dataset {name}, {row['algorithm']} on {ranks}"
                 raise MpinetError(f"experiments: {where}: {e}") from None
 
 
