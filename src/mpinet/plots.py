@@ -69,6 +69,9 @@ def data_size(epochs: pd.DataFrame, title: str, path) -> dict:
     df = _label(epochs)
     if "samples_per_rank" in df:
         df = df[df["samples_per_rank"] == 0]
+    # the other swept parameters (faithful, lr, ...) tell curves of one size apart by line style
+    others = [c for c in varying(df) if c not in ("train_samples", "samples_per_rank")]
+    df = df.assign(variant=df[others].apply(_variant_name, axis=1) if others else "")
     widest = df.groupby("algorithm")["ranks"].transform("max")
     df = df[df["ranks"] == widest].sort_values("algorithm", key=lambda c: c.map(DESIGN_ORDER))
     designs = list(dict.fromkeys(df["algorithm"]))
@@ -90,6 +93,7 @@ def data_size(epochs: pd.DataFrame, title: str, path) -> dict:
                 x="epoch",
                 y=y,
                 hue="samples",
+                style="variant" if others else None,
                 hue_order=[f"{n:,} samples" for n in sizes if n in set(part["train_samples"])],
                 palette={f"{n:,} samples": c for n, c in palette.items()},
                 errorbar=("pi", 100),
@@ -171,7 +175,7 @@ def _weak_panel(ax, weak: pd.DataFrame, variants: list[str]) -> None:
     ax.set_title(f"weak scaling: {per_rank} samples per training rank fixed", fontsize=9)
     ax.set_ylabel("weak-scaling efficiency (t1(K) / tP(P·K))")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)  # below, as the others
 
 
 def _series(design: str, variant: str, variants: list[str]) -> tuple[str, str]:
