@@ -96,9 +96,9 @@ def test_the_model_predicts_a_real_two_rank_run(tmp_path):
     runs = []
     for algorithm, ranks in (("serial", None), ("allreduce", 1), ("allreduce", 2)):
         out = tmp_path / f"{algorithm}-{ranks}"
-        run_train(ranks, "--data", data, "--out", out, "--algorithm", algorithm, "--epochs", 4, "--batch-size", 64)
+        run_train(ranks, "--data", data, "--out", out, "--algorithm", algorithm, "--epochs", 8, "--batch-size", 64)
         runs.append(
-            dict(DEFAULTS, dataset="d", algorithm=algorithm, ranks=ranks or 1, epochs=4, hidden="30-20", dir=out)
+            dict(DEFAULTS, dataset="d", algorithm=algorithm, ranks=ranks or 1, epochs=8, hidden="30-20", dir=out)
         )
     table = summarize_runs(load_epochs(runs), 0.9)
     import subprocess
