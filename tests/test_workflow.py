@@ -99,7 +99,8 @@ def test_workflow_produces_tables_plots_and_runs(workdir):
         for f in ("curves", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"):
             assert (workdir / f"results/test/plots/{d}/{f}.png").stat().st_size > 10_000
     run = workdir / "results/runs/iris/algorithm~allreduce/ranks~2/blas_threads~1/batch_size~4/learning_rate~0.3"
-    rest = "epochs~5/train_samples~0/samples_per_rank~0/hidden~30-20/loss~l2/standardize~True/dtype~float32/sync_every~1/shuffle~samples/faithful~False"
+    rest = "epochs~5/train_samples~0/samples_per_rank~0/hidden~30-20/loss~l2/standardize~True/dtype~float32"
+    rest += "/sync_every~1/shuffle~samples/faithful~False"
     rest += "/seed~1/repeat~1"
     assert (run / rest / "metrics.csv").exists()
     assert not list((workdir / "results").rglob("checkpoint.npz"))  # finished runs leave no checkpoint

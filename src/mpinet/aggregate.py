@@ -118,14 +118,12 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
             }
         )
     runs = pd.DataFrame(rows)
-    # the baseline trains the same data (strong scaling) or the same samples per rank (weak scaling)
     weak = runs["samples_per_rank"] > 0
-    runs["_samples"] = runs["train_samples"].where(~weak, 0)
-    keys = [*BASELINE_KEYS, "samples_per_rank", "_samples"]
+    runs["_baseline"] = baseline_key(runs)
     serial = runs[(runs["algorithm"] == "serial") & (runs["ranks"] == 1)]
-    g = serial.groupby(keys)
+    g = serial.groupby("_baseline")
     base = pd.DataFrame({"serial_epoch_s": g["median_epoch_s"].mean(), "serial_isolated": g["isolated"].all()})
-    runs = runs.merge(base, left_on=keys, right_index=True, how="left").drop(columns="_samples")
+    runs = runs.merge(base, left_on="_baseline", right_index=True, how="left")
     ratio = runs["serial_epoch_s"] / runs["median_epoch_s"]
     runs["speedup"] = ratio.where(~weak)
     # weak scaling: epoch time of 1 rank with K samples / epoch time of P ranks with P·K samples
@@ -140,11 +138,61 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
     runs["speedup_isolated"] = runs["isolated"] & runs["serial_isolated"].fillna(False).astype(bool)
     runs["efficiency"] = runs["speedup"] / runs["ranks"]  # per process started, the server included
     runs["target_accuracy"] = target_accuracy
-    return runs
+    # 95 % intervals per experiment, over its launches and their epochs
+    runs = add_intervals(runs, timed_epochs(epochs), [c for c in PARAMS if c != "repeat"])
+    return runs.drop(columns="_baseline")
 
 
-def summarize_seeds(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and standard deviation over the seeds of each configuration."""
+def baseline_key(runs: pd.DataFrame) -> pd.Series:
+    """Which serial runs are each run's baseline: the same data, per-rank batch, model and seed, and
+    the same training set (strong scaling) or the same samples per rank (weak scaling)."""
+    samples = runs["train_samples"].where(runs["samples_per_rank"] == 0, 0)
+    keys = runs[[*BASELINE_KEYS, "samples_per_rank"]].assign(samples=samples)
+    return keys.astype(str).agg("|".join, axis=1)
+
+
+def timed_epochs(epochs: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Each run's epoch times that its statistics use (epoch 1 left out when there are more)."""
+    out = {}
+    for run_dir, g in epochs.groupby("run_dir", sort=False):
+        out[run_dir] = (g[g["epoch"] > 1] if len(g) > 1 else g)["time_s"].to_numpy()
+    return out
+
+
+CI_MEASURES = ("median_epoch_s", "speedup", "efficiency", "weak_efficiency")
+
+
+def add_intervals(runs: pd.DataFrame, timed: dict, group: list[str]) -> pd.DataFrame:
+    """<measure>_ci_low/_ci_high for CI_MEASURES and ci_launches (the launches an interval covers;
+    with 1 it covers only that launch's epochs), per group of runs: a two-level bootstrap
+    (mpinet.confidence) of the group's launches and of its baseline's, independently."""
+    from mpinet.confidence import SEED, bootstrap_medians, interval
+
+    serial = runs[(runs["algorithm"] == "serial") & (runs["ranks"] == 1)]
+    baselines = serial.groupby("_baseline")["run_dir"].agg(list).to_dict()
+    values = []
+    for _, rows in runs.groupby(group, sort=False, dropna=False):
+        mine = bootstrap_medians([timed[d] for d in rows["run_dir"]], seed=SEED + 1)
+        dirs = [d for key in rows["_baseline"].unique() for d in baselines.get(key, [])]
+        base = bootstrap_medians([timed[d] for d in dirs], seed=SEED) if dirs else np.full(len(mine), np.nan)
+        ratio = base / mine
+        weak = rows["samples_per_rank"].iloc[0] > 0
+        nan = np.full(len(mine), np.nan)
+        cis = {
+            "median_epoch_s": interval(mine),
+            "speedup": interval(nan if weak else ratio),
+            "efficiency": interval(nan if weak else ratio / rows["ranks"].iloc[0]),
+            "weak_efficiency": interval(ratio if weak else nan),
+        }
+        row = {f"{m}_ci_{end}": v for m, (lo, hi) in cis.items() for end, v in (("low", lo), ("high", hi))}
+        values += [(i, {**row, "ci_launches": len(rows)}) for i in rows.index]
+    table = pd.DataFrame([v for _, v in values], index=[i for i, _ in values])
+    return runs.join(table)
+
+
+def summarize_seeds(runs: pd.DataFrame, epochs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Mean and standard deviation over the seeds of each configuration; with the epochs, the 95 %
+    intervals of each configuration over all its seeds' launches and epochs."""
     keys = [c for c in PARAMS if c not in LAUNCH]
     measures = [
         "final_test_accuracy",
@@ -165,7 +213,14 @@ def summarize_seeds(runs: pd.DataFrame) -> pd.DataFrame:
     out.insert(0, "seeds", by["seed"].nunique())
     out.insert(1, "launches", g.size())  # seeds x repeats
     out.insert(2, "seeds_reached_target", by["time_to_target_s"].count())
-    return out.reset_index()
+    out = out.reset_index()
+    if epochs is None:
+        return out
+    per_experiment = [c for c in runs.columns if "_ci_" in c or c == "ci_launches"]
+    runs = runs.drop(columns=per_experiment).assign(_baseline=baseline_key(runs))
+    cis = add_intervals(runs, timed_epochs(epochs), keys)
+    columns = [c for c in cis.columns if "_ci_" in c or c == "ci_launches"]
+    return out.merge(cis.drop_duplicates(keys)[keys + columns], on=keys, how="left")
 
 
 def write_tables(
@@ -187,7 +242,7 @@ def write_tables(
         model.to_csv(model_csv, index=False)
     epochs.to_csv(epochs_csv, index=False)
     per_run.to_csv(runs_csv, index=False)
-    summarize_seeds(per_run).to_csv(seeds_csv, index=False)
+    summarize_seeds(per_run, epochs).to_csv(seeds_csv, index=False)
     if front_page is not None:  # (description text, study, output): the report's front page with the headline
         from mpinet.status import headline_rst
 

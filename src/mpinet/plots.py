@@ -111,8 +111,8 @@ def data_size(epochs: pd.DataFrame, title: str, path) -> dict:
 def scaling(runs: pd.DataFrame, title: str, path, original: bool = False, model: pd.DataFrame | None = None) -> dict:
     """Strong scaling (speedup and parallel efficiency against the 1-rank serial run on the same
     data, with the ideal lines), weak scaling when the study sweeps samples_per_rank, and the final
-    accuracy each design reached. Bars span the lowest to highest value at the runs' epoch-time
-    quartiles (over epochs and seeds); hollow markers: a run or its baseline was not timed alone;
+    accuracy each design reached. Bars: the 95 % bootstrap interval over launches and epochs (the
+    widest over seeds); hollow markers: a run or its baseline was not timed alone;
     x: more ranks than cores. `model` adds the cost model's lines, `original` the original
     project's Intel numbers."""
     labelled = _label(runs)
@@ -149,15 +149,25 @@ def scaling(runs: pd.DataFrame, title: str, path, original: bool = False, model:
     return _finish(fig, axes, f"{title}: scaling of the {held}", path, legend=False)  # _scaling_axes placed the legends
 
 
+def _bars(df: pd.DataFrame, measure: str) -> pd.DataFrame:
+    """<measure>_lo/_hi: the 95 % bootstrap interval over launches and epochs where the table has
+    it, else (tables from before intervals) the ratio at the epoch-time quartiles."""
+    if f"{measure}_ci_low" in df:
+        return df.assign(**{f"{measure}_lo": df[f"{measure}_ci_low"], f"{measure}_hi": df[f"{measure}_ci_high"]})
+    half = df["iqr_epoch_s"].fillna(0) / 2
+    return df.assign(
+        **{
+            f"{measure}_lo": df["serial_epoch_s"] / (df["median_epoch_s"] + half),
+            f"{measure}_hi": df["serial_epoch_s"] / (df["median_epoch_s"] - half).clip(lower=1e-12),
+        }
+    )
+
+
 def _weak_panel(ax, weak: pd.DataFrame, variants: list[str]) -> None:
     """Weak-scaling efficiency: the 1-rank epoch time with K samples over the P-rank one with P·K."""
-    half = weak["iqr_epoch_s"].fillna(0) / 2
-    weak = weak.assign(
-        lo=weak["serial_epoch_s"] / (weak["median_epoch_s"] + half),
-        hi=weak["serial_epoch_s"] / (weak["median_epoch_s"] - half).clip(lower=1e-12),
-    )
+    weak = _bars(weak, "weak_efficiency")
     points = weak.groupby(["design", "algorithm", "variant", "ranks"], sort=True).agg(
-        mid=("weak_efficiency", "median"), lo=("lo", "min"), hi=("hi", "max")
+        mid=("weak_efficiency", "median"), lo=("weak_efficiency_lo", "min"), hi=("weak_efficiency_hi", "max")
     )
     for (design, algorithm, variant), line in points.reset_index().groupby(["design", "algorithm", "variant"]):
         label, style = _series(design, variant, variants)
@@ -206,13 +216,9 @@ def _accuracy_panel(ax, labelled: pd.DataFrame, variants: list[str]) -> None:
 
 
 def _speedup_panels(axes, df: pd.DataFrame, variants: list[str]) -> None:
-    """Measured speedup and efficiency: median point, bars at the epoch-time quartiles, markers
+    """Measured speedup and efficiency: median point, bars at the 95 % interval, markers
     for runs not timed alone (hollow) and for more ranks than cores (x)."""
-    half = df["iqr_epoch_s"].fillna(0) / 2
-    df = df.assign(
-        speedup_lo=df["serial_epoch_s"] / (df["median_epoch_s"] + half),
-        speedup_hi=df["serial_epoch_s"] / (df["median_epoch_s"] - half).clip(lower=1e-12),
-    )
+    df = _bars(df, "speedup")
     df = df.assign(efficiency_lo=df["speedup_lo"] / df["ranks"], efficiency_hi=df["speedup_hi"] / df["ranks"])
     for ax, y in zip(axes, ("speedup", "efficiency")):
         points = df.groupby(["design", "algorithm", "variant", "ranks"], sort=True).agg(

@@ -1,0 +1,107 @@
+"""Intervals over launches and epochs, and the launch-level A/B test: checked on synthetic timings
+whose truth is known."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mpinet.confidence import bootstrap_medians, compare_launches, interval, t975
+
+
+def _launches(rng, n, true_s, launch_noise, epoch_noise=0.01, epochs=20):
+    """n launches: each with its own offset from the true epoch time, and small epoch-to-epoch noise."""
+    offsets = true_s * (1 + rng.normal(0, launch_noise, n))
+    return [o * (1 + rng.normal(0, epoch_noise, epochs)) for o in offsets]
+
+
+def test_the_interval_covers_the_true_time_when_launches_scatter_and_an_epochs_only_one_would_not():
+    rng = np.random.default_rng(1)
+    covered, epochs_only = 0, 0
+    trials = 120
+    for i in range(trials):
+        launches = _launches(rng, 8, 1.0, 0.10)
+        low, high = interval(bootstrap_medians(launches, replicates=400, seed=i))
+        covered += low <= 1.0 <= high
+        pooled = np.concatenate(launches)  # what resampling epochs alone would see
+        boot = np.median(rng.choice(pooled, size=(400, len(pooled))), axis=1)
+        lo, hi = interval(boot)
+        epochs_only += lo <= 1.0 <= hi
+    assert covered / trials >= 0.8, covered  # near the nominal 95 % (8 launches is few)
+    assert epochs_only / trials < 0.5, epochs_only  # 160 epochs fake a precision 8 launches do not have
+
+
+def test_one_launch_gives_an_interval_over_its_epochs_only():
+    rng = np.random.default_rng(2)
+    one = _launches(rng, 1, 1.0, 0.0, epoch_noise=0.02)
+    low, high = interval(bootstrap_medians(one))
+    assert low < np.median(one[0]) < high and high - low < 0.03
+    assert np.isnan(interval(bootstrap_medians([]))[0])
+
+
+def test_t_quantiles():
+    assert t975(1) == pytest.approx(12.706) and t975(10) == pytest.approx(2.228)
+    assert t975(2.5) == pytest.approx((4.303 + 3.182) / 2)
+    assert 1.96 < t975(200) < 1.975 and t975(0.5) == float("inf")
+
+
+def test_a_ten_percent_slowdown_with_small_noise_is_detected():
+    rng = np.random.default_rng(3)
+    a = np.array([np.median(t) for t in _launches(rng, 5, 1.0, 0.02)])
+    b = np.array([np.median(t) for t in _launches(rng, 5, 1.1, 0.02)])
+    r = compare_launches(a, b)
+    assert r["differs"] and r["ratio_ci_low"] > 1.0 and r["ratio"] == pytest.approx(1.1, rel=0.04)
+    assert compare_launches(b, a)["ratio_ci_high"] < 1.0  # the other way round: faster
+
+
+def test_the_same_change_in_twenty_percent_launch_noise_with_two_launches_is_not():
+    rng = np.random.default_rng(4)
+    missed = 0
+    for _ in range(50):
+        a = np.array([np.median(t) for t in _launches(rng, 2, 1.0, 0.2)])
+        b = np.array([np.median(t) for t in _launches(rng, 2, 1.1, 0.2)])
+        missed += not compare_launches(a, b)["differs"]
+    assert missed >= 45  # two launches cannot tell 10 % from 20 % noise
+    one = compare_launches(np.array([1.0]), np.array([1.5]))
+    assert not one["differs"] and np.isnan(one["ratio_ci_low"])  # one launch: nothing to test with
+
+
+def test_runs_csv_and_seeds_csv_carry_intervals_and_say_when_they_cover_one_launch(tmp_path):
+    from mpinet.aggregate import summarize_runs, summarize_seeds
+    from mpinet.experiments import DEFAULTS
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for algorithm, ranks, true_s, repeats in (
+        ("serial", 1, 1.0, 3),
+        ("allreduce", 2, 0.5, 3),
+        ("allreduce", 3, 0.4, 1),
+    ):
+        for repeat, times in enumerate(_launches(rng, repeats, true_s, 0.05, epochs=10), start=1):
+            run = dict(DEFAULTS, dataset="d", algorithm=algorithm, ranks=ranks, repeat=repeat, hidden="30-20")
+            rows += [
+                dict(run, run_dir=f"{algorithm}{ranks}-{repeat}", train_samples=100, epoch=e + 1, time_s=t,
+                     compute_s=t, comm_s=0.0, train_loss=1.0, train_accuracy=0.5, test_loss=1.0,
+                     test_accuracy=0.5, bytes_sent=0)
+                for e, t in enumerate(times)
+            ]  # fmt: skip
+    epochs = pd.DataFrame(rows)
+    runs = summarize_runs(epochs, 0.9)
+    two = runs[runs["ranks"] == 2]
+    assert (two["ci_launches"] == 3).all() and two["speedup_ci_low"].nunique() == 1  # one interval per experiment
+    assert (two["speedup_ci_low"] < two["speedup"]).all() and (two["speedup"] < two["speedup_ci_high"]).all()
+    assert two["speedup_ci_low"].iloc[0] < 2.0 < two["speedup_ci_high"].iloc[0]
+    three = runs[runs["ranks"] == 3].iloc[0]
+    assert three["ci_launches"] == 1 and three["speedup_ci_low"] < three["speedup"] < three["speedup_ci_high"]
+    assert two["efficiency_ci_high"].iloc[0] == pytest.approx(two["speedup_ci_high"].iloc[0] / 2)
+    assert runs["median_epoch_s_ci_low"].le(runs["median_epoch_s"]).all()
+    seeds = summarize_seeds(runs, epochs)
+    assert {"speedup_ci_low", "speedup_ci_high", "ci_launches"} <= set(seeds.columns)
+    assert seeds.set_index("ranks").loc[2, "ci_launches"] == 3
+
+    from mpinet.status import summary_table
+
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    text = summary_table(tmp_path / "runs.csv")
+    assert "speedup_95ci" in text and "*: one launch" in text
+    rows = {tuple(x.split()[1:3]): x for x in text.splitlines()[1:] if len(x.split()) > 3}
+    assert "]*" in rows[("allreduce", "3")] and "]*" not in rows[("allreduce", "2")]
