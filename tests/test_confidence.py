@@ -105,3 +105,58 @@ def test_runs_csv_and_seeds_csv_carry_intervals_and_say_when_they_cover_one_laun
     assert "speedup_95ci" in text and "*: one launch" in text
     rows = {tuple(x.split()[1:3]): x for x in text.splitlines()[1:] if len(x.split()) > 3}
     assert "]*" in rows[("allreduce", "3")] and "]*" not in rows[("allreduce", "2")]
+
+
+def _runs_table(rng, experiments: dict, launches: int, noise: float) -> pd.DataFrame:
+    """runs.csv rows: per experiment (algorithm, ranks) -> true epoch time, `launches` repeats each."""
+    from mpinet.experiments import DEFAULTS
+
+    rows = []
+    for (algorithm, ranks), true_s in experiments.items():
+        for repeat in range(1, launches + 1):
+            t = true_s * (1 + rng.normal(0, noise))
+            rows.append(dict(DEFAULTS, dataset="d", algorithm=algorithm, ranks=ranks, repeat=repeat,
+                             hidden="30-20", median_epoch_s=t, speedup=1.0 / t))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_make_compare_finds_a_slowdown_a_speedup_and_lists_the_unmatched(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import env
+
+    rng = np.random.default_rng(6)
+    a = _runs_table(rng, {("serial", 1): 1.0, ("allreduce", 2): 0.6, ("allreduce", 3): 0.5}, 5, 0.02)
+    b = _runs_table(rng, {("serial", 1): 1.0, ("allreduce", 2): 0.66, ("paramserver", 3): 0.7}, 5, 0.02)
+    b.loc[b["algorithm"] == "serial", "median_epoch_s"] *= 0.9  # B's serial runs 10 % faster
+    for name, table in (("A", a), ("B", b)):
+        (tmp_path / name / "metrics").mkdir(parents=True)
+        table.to_csv(tmp_path / name / "metrics" / "runs.csv", index=False)
+    p = subprocess.run(
+        [sys.executable, "-m", "mpinet.compare", tmp_path / "A", tmp_path / "B", "--out", tmp_path / "cmp"],
+        capture_output=True,
+        text=True,
+        env=env(),
+    )
+    assert p.returncode == 0, p.stderr
+    out = pd.read_csv(tmp_path / "cmp" / "compare.csv").set_index(["algorithm", "ranks"])
+    assert out.loc[("allreduce", 2), "verdict"] == "slower"
+    assert out.loc[("allreduce", 2), "time_ratio"] == pytest.approx(1.1, rel=0.05)
+    assert out.loc[("allreduce", 2), "time_ratio_ci_low"] > 1
+    assert out.loc[("serial", 1), "verdict"] == "faster"
+    assert out.loc[("allreduce", 3), "verdict"] == "only in A" and out.loc[("paramserver", 3), "verdict"] == "only in B"
+    assert "only in A: d allreduce 3 ranks" in p.stdout and "slower" in p.stdout
+    assert (tmp_path / "cmp" / "compare.png").stat().st_size > 5_000
+
+
+def test_compare_in_launch_noise_with_two_launches_detects_nothing_and_a_missing_table_is_one_line(tmp_path):
+    from mpinet import MpinetError
+    from mpinet.compare import compare, read_runs
+
+    rng = np.random.default_rng(7)
+    a = _runs_table(rng, {("allreduce", 2): 0.6}, 2, 0.2)
+    b = _runs_table(rng, {("allreduce", 2): 0.66}, 2, 0.2)
+    assert compare(a, b)["verdict"].tolist() == ["no difference detected"]
+    with pytest.raises(MpinetError, match="metrics/runs.csv: cannot read it"):
+        read_runs(tmp_path / "nowhere")
