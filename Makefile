@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test-mpi setup run slurm-run status leftovers compare squeue report test lint benchmark benchmark-nodes install-profile clean help
+.PHONY: test-mpi setup run slurm-run status leftovers compare check squeue report test lint benchmark benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
@@ -26,6 +26,7 @@ help:
 	@echo "make status           each experiment of the study (CONFIG): done, running, failed (with its error) or missing"
 	@echo "make leftovers        run directories no study in config/ lists any more (REMOVE=1 deletes them and their logs)"
 	@echo "make compare A=results/x B=results/y  B / A of epoch time and speedup per shared experiment, with a verdict"
+	@echo "make check            the study's references: (CONFIG): exit 1 when a measured interval lies outside its band"
 	@echo "make squeue           your queued and running SLURM jobs, each with the experiment it trains"
 	@echo "make report           (re)build results/<study>/report.html from what has run"
 	@echo "make test             set up .venv, then ruff, snakefmt, snakemake --lint and the whole pytest suite"
@@ -73,6 +74,9 @@ leftovers: setup
 compare: setup
 	@test -n "$(A)" -a -n "$(B)" || { echo "error: make compare needs A=<results dir> B=<results dir>, e.g. A=results/default B=results/openmpi" >&2; exit 1; }
 	@python -m mpinet.compare $(A) $(B) --out $(or $(OUT),results/compare)
+
+check: setup
+	@python -m mpinet.references $(CONFIG)
 
 squeue: setup
 	@python -m mpinet.cluster

@@ -160,3 +160,75 @@ def test_compare_in_launch_noise_with_two_launches_detects_nothing_and_a_missing
     assert compare(a, b)["verdict"].tolist() == ["no difference detected"]
     with pytest.raises(MpinetError, match="metrics/runs.csv: cannot read it"):
         read_runs(tmp_path / "nowhere")
+
+
+def _measured_runs():
+    """A runs.csv whose 2-rank Allreduce speedup is 1.95 with interval [1.89, 2.07]."""
+    from mpinet.experiments import DEFAULTS
+
+    base = dict(DEFAULTS, dataset="d", hidden="30-20", train_samples=100, ci_launches=3)
+    return pd.DataFrame(
+        [
+            dict(base, algorithm="serial", ranks=1, speedup=1.0, speedup_ci_low=0.97, speedup_ci_high=1.03),
+            dict(base, algorithm="allreduce", ranks=2, speedup=1.95, speedup_ci_low=1.89, speedup_ci_high=2.07),
+            dict(base, algorithm="allreduce", ranks=2, seed=2, speedup=1.97, speedup_ci_low=1.9, speedup_ci_high=2.0),
+        ]
+    )
+
+
+def test_a_reference_is_met_when_the_interval_meets_its_band_and_breached_when_wholly_outside():
+    from mpinet.references import evaluate
+
+    refs = [
+        {"algorithm": "allreduce", "ranks": 2, "speedup": 2.0, "tolerance": 0.1},
+        {"algorithm": "allreduce", "ranks": 2, "speedup": 2.4, "tolerance": 0.1},  # band [2.16, 2.64]
+        {"algorithm": "allreduce", "speedup": 2.3, "tolerance": 0.1},  # [2.07, 2.53]: touches 2.07
+        {"algorithm": "serial", "efficiency": 1.0},  # no efficiency interval in this table
+    ]
+    table = evaluate(refs, _measured_runs())
+    assert table["status"].tolist() == ["ok", "breach", "ok", "no interval"]
+    row = table.iloc[0]
+    assert row["launches"] == 2 and row["ci_low"] == 1.89 and row["ci_high"] == 2.07  # the widest over seeds
+    assert row["measured"] == pytest.approx(1.96)
+
+
+@pytest.mark.parametrize(
+    "refs,message",
+    [
+        ([{"algorithm": "allreduce", "ranks": 5, "speedup": 2.0}], r"references\[0\]: selects no experiment"),
+        ([{"ranks": 2, "speedup": 2.0, "efficiency": 1.0}], r"references\[0\]: give exactly one of"),
+        ([{"rank": 2, "speedup": 2.0}], r"references\[0\]: unknown key\(s\) rank"),
+        ([{"ranks": 2, "speedup": 2.0, "tolerance": 1.5}], r"references\[0\].tolerance: expected a relative"),
+    ],
+)
+def test_a_reference_that_cannot_be_checked_is_an_error_naming_it(refs, message):
+    from mpinet import MpinetError
+    from mpinet.references import evaluate
+
+    with pytest.raises(MpinetError, match=message):
+        evaluate(refs, _measured_runs())
+
+
+def test_make_check_exits_non_zero_on_a_breach_and_zero_when_every_band_is_met(tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+    from conftest import env
+
+    (tmp_path / "results/s/metrics").mkdir(parents=True)
+    _measured_runs().to_csv(tmp_path / "results/s/metrics/runs.csv", index=False)
+
+    def check(refs):
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump({"study": "s", "references": refs}))
+        cmd = [sys.executable, "-m", "mpinet.references", "c.yaml"]
+        return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env())
+
+    ok = check([{"algorithm": "allreduce", "ranks": 2, "speedup": 2.0}])
+    assert ok.returncode == 0 and "1 checked: 0 breached" in ok.stdout, ok.stderr
+    bad = check([{"algorithm": "allreduce", "ranks": 2, "speedup": 2.4}])
+    assert bad.returncode == 1
+    assert "reference 0 breached: d allreduce 2 ranks batch_size=4: speedup 1.96 [1.89, 2.07] outside 2.4" in bad.stderr
+    (tmp_path / "results/s/metrics/runs.csv").unlink()
+    missing = check([{"ranks": 2, "speedup": 2.0}])
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "runs.csv: missing" in missing.stderr

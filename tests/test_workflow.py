@@ -187,6 +187,30 @@ def test_a_subset_trains_only_its_experiments_and_one_larger_than_the_data_stops
         write_config(workdir, TINY)
 
 
+def test_references_are_checked_in_the_tables_the_report_and_the_summary(workdir):
+    cfg = yaml.safe_load(yaml.safe_dump(TINY))
+    cfg["references"] = [
+        {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "speedup": 50.0, "tolerance": 0.1},
+        {"dataset": "iris", "algorithm": "serial", "speedup": 1.0, "tolerance": 0.5},
+    ]
+    write_config(workdir, cfg)
+    try:
+        jobs = planned(workdir)
+        assert "train_single" not in jobs and "train_mpi" not in jobs and jobs["aggregate"] == 1  # nothing retrains
+        p = snakemake(workdir)
+        checked = pd.read_csv(workdir / "results/test/metrics/references.csv")
+        assert checked["status"].tolist() == ["breach", "ok"]
+        assert "reference 0 breached: iris allreduce 2 ranks" in p.stdout + p.stderr
+        front = (workdir / "results/test/report.rst").read_text()
+        assert "**References**: 2 checked, 1 breached" in front and "outside 50 ± 10%" in front
+        cfg["references"][0]["ranks"] = 7
+        write_config(workdir, cfg)
+        p = snakemake(workdir, "-n", check=False)
+        assert p.returncode != 0 and "references[0]: selects no experiment of the study" in p.stdout + p.stderr
+    finally:
+        write_config(workdir, TINY)
+
+
 def test_a_placement_retrains_nothing_and_local_runs_record_their_one_host(workdir):
     cfg = yaml.safe_load(yaml.safe_dump(TINY))
     cfg["experiments"][0]["nodes"] = 2

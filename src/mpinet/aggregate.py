@@ -232,9 +232,11 @@ def write_tables(
     bench_csv=None,
     model_csv=None,
     front_page=None,
+    references=None,
+    references_csv=None,
 ) -> None:
     """The three tables; with the microbenchmark's CSV also the cost model's predictions (model_csv)
-    and each run's model error (runs.csv)."""
+    and each run's model error (runs.csv); with references, each one's check (references_csv)."""
     epochs = load_epochs(runs)
     per_run = summarize_runs(epochs, target_accuracy)
     if bench_csv is not None:
@@ -243,11 +245,17 @@ def write_tables(
     epochs.to_csv(epochs_csv, index=False)
     per_run.to_csv(runs_csv, index=False)
     summarize_seeds(per_run, epochs).to_csv(seeds_csv, index=False)
+    checked = None
+    if references_csv is not None:
+        from mpinet.references import evaluate
+
+        checked = evaluate(references or [], per_run)
+        checked.to_csv(references_csv, index=False)
     if front_page is not None:  # (description text, study, output): the report's front page with the headline
         from mpinet.status import headline_rst
 
         description, study, out = front_page
-        Path(out).write_text(headline_rst(runs_csv, description, study))
+        Path(out).write_text(headline_rst(runs_csv, description, study, checked))
 
 
 MODEL_RANKS = range(1, 33)

@@ -110,7 +110,7 @@ def _ci_column(runs: pd.DataFrame, g, measure: str) -> pd.Series:
     return text.where(low.notna(), "-")
 
 
-def headline_rst(runs_csv, description: str, study: str) -> str:
+def headline_rst(runs_csv, description: str, study: str, references: pd.DataFrame | None = None) -> str:
     """The report's front page: the study's headline numbers first (per dataset and variant, the
     best speedup of each design timed alone, and what it cost in accuracy), then the description."""
     from mpinet.experiments import varying
@@ -147,7 +147,19 @@ def headline_rst(runs_csv, description: str, study: str) -> str:
         "and its final test accuracy beside the serial run's. The scaling figures show every point, "
         "the spread and the cost model."
     )
-    return "\n".join([*lines, "", note, "", description])
+    return "\n".join([*lines, "", note, "", *_references_rst(references), description])
+
+
+def _references_rst(references: pd.DataFrame | None) -> list[str]:
+    """The references' verdicts for the front page: every breach by name, with its interval."""
+    if references is None or references.empty:
+        return []
+    from mpinet.references import breach_lines
+
+    breaches = breach_lines(references)
+    ok = int((references["status"] == "ok").sum())
+    head = f"**References**: {len(references)} checked, {len(breaches)} breached, {ok} within their band."
+    return [head, "", *(f"- **{line}**" for line in breaches), ""]
 
 
 def _headline_ci(row) -> str:

@@ -2,7 +2,14 @@ rule aggregate:
     input:
         get_run_files,
         bench=rules.commbench.output[0],
-        code=code("aggregate.py", "experiments.py", "costmodel.py"),
+        code=code(
+            "aggregate.py",
+            "experiments.py",
+            "costmodel.py",
+            "confidence.py",
+            "references.py",
+            "status.py",
+        ),
     output:
         epochs=report(
             f"{STUDY_DIR}/metrics/epochs.csv",
@@ -23,6 +30,12 @@ rule aggregate:
             labels={"table": "cost model predictions"},
         ),
         front_page=f"{STUDY_DIR}/report.rst",
+        references=report(
+            f"{STUDY_DIR}/metrics/references.csv",
+            caption="../report/references.rst",
+            category="Tables",
+            labels={"table": "references checked"},
+        ),
         seeds=report(
             f"{STUDY_DIR}/metrics/seeds.csv",
             caption="../report/seeds.rst",
@@ -41,6 +54,7 @@ rule aggregate:
         # its text, not the file: a module's copy lives in Snakemake's source cache, renewed every run
         description=Path(REPORT_DESCRIPTION).read_text(),
         target_accuracy=lookup(dpath="target_accuracy", within=config),
+        references=config.get("references", []),
     message:
         "Aggregating the metrics of {params.n_runs} runs"
     script:

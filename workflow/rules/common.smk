@@ -39,6 +39,11 @@ from mpinet.experiments import (
     launch_order,
     train_arguments,
 )
+from mpinet.references import (
+    breach_lines,
+    check_entries as check_references,
+    check_selects,
+)
 from mpinet.status import Experiment, failures, study_name, summary_table
 from mpinet.leftovers import RECORD as LEFTOVERS_RECORD, write_record
 
@@ -52,9 +57,11 @@ for name, entry in config["datasets"].items():
         raise WorkflowError(f"config: {message}")
 
 try:
+    check_references(config.get("references"))
     EXPERIMENTS = expand_sweeps(config["experiments"], config["datasets"])
     # subsets checked against the data's size where it is prepared (else the training job checks)
     check_sizes(EXPERIMENTS, lambda d: dataset.prepared_size(f"resources/data/{d}"))
+    check_selects(config.get("references"), EXPERIMENTS)
 except MpinetError as e:
     raise WorkflowError(f"config: {e}") from None
 
@@ -351,6 +358,12 @@ def print_summary():
     runs = Path(rules.aggregate.output.runs)
     if runs.exists() and runs.stat().st_mtime >= workflow_start:  # only when this run rewrote it
         print(f"\nStudy {STUDY} ({STUDY_DIR}/):\n{summary_table(runs)}\n", flush=True)
+        checked = pd.read_csv(rules.aggregate.output.references)
+        if len(checked):
+            lines = breach_lines(checked) or [
+                f"references: all {len(checked)} within their band or undecided"
+            ]
+            print("\n".join(lines) + "\n", flush=True)
 
 
 def print_failures():
