@@ -88,19 +88,25 @@ def test_the_model_predicts_a_real_two_rank_run(tmp_path):
     """Fitted on this machine's own ping-pong and 1-rank runs, the model's 1-rank epochs land within
     50 % of the measured ones, and its 2-rank epoch is nearer the measured one than a model that did
     not split the compute over the ranks. The 2-rank check is relative because its exchange term
-    comes from a ping-pong on two cores shared with whatever else runs (CI saw it off by 5x)."""
+    comes from a ping-pong on two cores shared with whatever else runs (CI saw it off by 5x). Each
+    run is launched three times, interleaved, and the fastest launch counts: other work on the
+    machine (CI starts its SLURM cluster beside these tests) only ever adds time."""
     from mpinet.aggregate import load_epochs, summarize_runs
     from mpinet.experiments import DEFAULTS
 
     data = write_dataset(tmp_path / "d", n_train=6000, n_test=50, dim=1000)  # compute-bound steps
     runs = []
-    for algorithm, ranks in (("serial", None), ("allreduce", 1), ("allreduce", 2)):
-        out = tmp_path / f"{algorithm}-{ranks}"
-        run_train(ranks, "--data", data, "--out", out, "--algorithm", algorithm, "--epochs", 8, "--batch-size", 64)
-        runs.append(
-            dict(DEFAULTS, dataset="d", algorithm=algorithm, ranks=ranks or 1, epochs=8, hidden="30-20", dir=out)
-        )
+    for repeat in (1, 2, 3):
+        for algorithm, ranks in (("serial", None), ("allreduce", 1), ("allreduce", 2)):
+            out = tmp_path / f"{algorithm}-{ranks}-{repeat}"
+            run_train(ranks, "--data", data, "--out", out, "--algorithm", algorithm, "--epochs", 6, "--batch-size", 64)
+            runs.append(
+                dict(DEFAULTS, dataset="d", algorithm=algorithm, ranks=ranks or 1, epochs=6, hidden="30-20", dir=out)
+                | {"repeat": repeat}
+            )
     table = summarize_runs(load_epochs(runs), 0.9)
+    table = table.loc[table.groupby(["algorithm", "ranks"], sort=False)["median_epoch_s"].idxmin()]
+    table = table.reset_index(drop=True)
     import subprocess
 
     bench_csv = tmp_path / "bench.csv"
@@ -128,3 +134,25 @@ def test_without_a_one_rank_run_the_model_predicts_nothing_but_keeps_its_columns
     assert back.empty and model_error(runs, Link(1e-5, 1e-9)).isna().all()
     runs = runs.assign(design="Allreduce", speedup=float("nan"), efficiency=float("nan"), final_test_accuracy=0.5)
     scaling(runs.assign(speedup_isolated=True, oversubscribed=False), "d", tmp_path / "s.png", model=back)
+
+
+def test_the_models_exchange_is_judged_against_the_measured_transfer_without_the_wait():
+    from mpinet.aggregate import add_model
+
+    runs = pd.concat(
+        [
+            _runs(),
+            pd.DataFrame(
+                [dict(_runs().iloc[0], algorithm="allreduce", ranks=2, median_epoch_s=0.05, median_transfer_s=0.02)]
+            ),
+        ],
+        ignore_index=True,
+    ).assign(samples_per_rank=0)
+    bench = pd.DataFrame({"alpha_s": [1e-5], "beta_s_per_byte": [1e-9], "library": ["MPICH Version: 5"]})
+    out, _ = add_model(runs, bench)
+    two = out.iloc[2]
+    link = Link(1e-5, 1e-9)
+    size = n_params(100, "10", 3)
+    exchange = math.ceil(1000 / 16) * allreduce_seconds(2, size * 4, 4, link)
+    assert two["model_transfer_error"] == pytest.approx(exchange / 0.02 - 1)
+    assert out["model_transfer_error"].iloc[:2].isna().all()  # 1-rank runs move nothing

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import REPO, env
-from test_workflow import SNAKEMAKE, copy_repo, planned, write_config
+from test_workflow import SNAKEMAKE, copy_env, copy_repo, planned, write_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 
@@ -70,7 +70,8 @@ def slurm_cmd(*args, timeout=420, polling=FAST_POLLING):
 
 def on_slurm(wd, *args, timeout=420, check=True, polling=FAST_POLLING):
     cmd = slurm_cmd(*args, timeout=timeout, polling=polling)
-    p = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=timeout + 60, env=env())
+    # the copy's own package, as planned() and the local runs use: the same code inputs and numerics
+    p = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=timeout + 60, env=copy_env(wd))
     if check and p.returncode != 0:
         raise AssertionError(f"snakemake on SLURM failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}")
     return p
@@ -140,7 +141,7 @@ def test_results_equal_a_local_run_with_the_same_seeds(slurm_run, tmp_path):
         [*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml"],
         cwd=local,
         check=True,
-        env=env(),
+        env=copy_env(local),
         capture_output=True,
     )
     cols = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy"]
@@ -212,7 +213,7 @@ def _interrupt_after_first_checkpoint(wd, action, polling=()):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=env(),
+        env=copy_env(wd),
     )
     try:
         deadline = time.monotonic() + 300
@@ -253,7 +254,9 @@ def test_a_cancelled_job_is_noticed_retried_and_resumed_to_the_same_weights(tmp_
 
     local = copy_repo(tmp_path / "local")
     write_config(local, cfg)
-    subprocess.run([*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml"], cwd=local, check=True, env=env())
+    subprocess.run(
+        [*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml"], cwd=local, check=True, env=copy_env(local)
+    )
     with np.load(run.parent / "weights.npz") as a, np.load(local / run.parent.relative_to(wd) / "weights.npz") as b:
         assert np.array_equal(a["params"], b["params"])  # bit-identical to the uninterrupted run
 

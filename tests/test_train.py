@@ -350,3 +350,33 @@ def test_a_batch_size_beyond_the_data_is_full_batch_without_huge_buffers(small_d
     huge = train(a, Options(algorithm="serial", hidden=(4,), epochs=2, batch_size=10**12), Comm(None))
     full = train(a, Options(algorithm="serial", hidden=(4,), epochs=2, batch_size=len(a.train_y)), Comm(None))
     assert np.array_equal(huge.params, full.params)
+
+
+@pytest.mark.mpi
+def test_the_wait_for_a_slow_rank_is_told_apart_from_moving_bytes(small_dataset, tmp_path):
+    # rank 1 computes 3 ms longer every step: rank 0 waits for it in every Allreduce
+    code = (
+        "import sys, time\n"
+        "from mpi4py import MPI\n"
+        "from mpinet import cli, train\n"
+        "if MPI.COMM_WORLD.Get_rank() == 1:\n"
+        "    fast = train._gradient\n"
+        "    train._gradient = lambda *a: (time.sleep(0.003), fast(*a))[1]\n"
+        f"sys.exit(cli.main(['--data', '{small_dataset}', '--out', '{tmp_path / 'o'}', "
+        "'--algorithm', 'allreduce', '--epochs', '3', '--batch-size', '2']))\n"
+    )
+    p = subprocess.run([*mpiexec_argv(2), sys.executable, "-c", code], capture_output=True, text=True, env=env())
+    assert p.returncode == 0, p.stderr[-2000:]
+    m = pd.read_csv(tmp_path / "o" / "metrics.csv")
+    steps = 60 // 4  # 60 samples, a global batch of 2 x 2
+    assert (m["wait_max_s"] > 0.8 * steps * 0.003).all(), m  # rank 0 sat out rank 1's extra compute
+    assert np.allclose(m["wait_s"], m["wait_max_s"] / 2, rtol=0.25)  # the mean over both: rank 1 hardly waited
+    assert (m["transfer_s"] < m["wait_s"]).all() and (m["transfer_s"] >= 0).all()
+    assert np.allclose(m["wait_s"] + m["transfer_s"], m["comm_s"])
+    assert (m["transfer_max_s"] <= m["comm_s"] * 2 + 1e-9).all()
+
+
+def test_a_serial_run_waits_for_nobody(small_dataset, tmp_path):
+    run_train(None, *_args(small_dataset, tmp_path / "s"))
+    m = pd.read_csv(tmp_path / "s" / "metrics.csv")
+    assert (m[["wait_s", "wait_max_s", "transfer_s", "comm_s"]] == 0).all().all()

@@ -104,6 +104,10 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
                 "iqr_epoch_s": timed["time_s"].quantile(0.75) - timed["time_s"].quantile(0.25),
                 "median_compute_s": timed["compute_s"].median(),
                 "median_comm_s": timed["comm_s"].median(),
+                # comm_s split: waiting for the slowest rank, and moving the bytes (NaN in runs before 0.3)
+                "median_wait_s": timed["wait_s"].median() if "wait_s" in timed else np.nan,
+                "median_wait_max_s": timed["wait_max_s"].median() if "wait_max_s" in timed else np.nan,
+                "median_transfer_s": timed["transfer_s"].median() if "transfer_s" in timed else np.nan,
                 "nodes": first.get("nodes", 1),
                 "isolated": first.get("isolation", "unknown") in ISOLATED,
                 # more ranks x threads than the hosts had cores: no speedup can be expected
@@ -271,6 +275,9 @@ def add_model(runs: pd.DataFrame, bench: pd.DataFrame) -> tuple[pd.DataFrame, pd
     runs = runs.copy()
     runs["model_epoch_s"] = predicted_epochs(runs, measured)
     runs["model_error"] = runs["model_epoch_s"] / runs["median_epoch_s"] - 1
+    # the model's exchange alone against the measured transfer (the wait for a slower rank taken out)
+    exchange = runs["model_epoch_s"] - predicted_epochs(runs, Link(0.0, 0.0))
+    runs["model_transfer_error"] = (exchange / runs["median_transfer_s"] - 1).where(runs["median_transfer_s"] > 0)
     ranks = sorted({*MODEL_RANKS, *runs["ranks"]})
     model = predict(runs, {"measured here": measured, **INTERCONNECTS}, ranks)
     model["collectives"] = collectives(str(bench["library"].iloc[0]) if "library" in bench else "")

@@ -55,6 +55,13 @@ class Comm:
 
             self.mpi.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
 
+    def max_untimed(self, buf: np.ndarray) -> None:
+        """Element-wise maximum of buf over all ranks, in place, for bookkeeping (not timed)."""
+        if self.mpi is not None:
+            from mpi4py import MPI
+
+            self.mpi.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+
     def max(self, value: float) -> float:
         if self.mpi is None:
             return value

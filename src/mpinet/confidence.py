@@ -29,10 +29,14 @@ def bootstrap_medians(launches: list[np.ndarray], replicates: int = REPLICATES, 
     # launches of one experiment have the same epochs; pad a short one by repeating its own times
     table = np.stack([np.resize(t, epochs) for t in launches])
     n = len(launches)
-    which = rng.integers(0, n, size=(replicates, n))
-    rows = rng.integers(0, epochs, size=(replicates, n, epochs))
-    sample = table[which[:, :, None], rows].reshape(replicates, -1)
-    return np.median(sample, axis=1)
+    out = np.empty(replicates)
+    chunk = max(1, (4 << 20) // (n * epochs))  # replicates per pass: at most 4 M draws in memory
+    for start in range(0, replicates, chunk):
+        k = min(chunk, replicates - start)
+        which = rng.integers(0, n, size=(k, n))
+        rows = rng.integers(0, epochs, size=(k, n, epochs))
+        out[start : start + k] = np.median(table[which[:, :, None], rows].reshape(k, -1), axis=1)
+    return out
 
 
 def interval(replicates: np.ndarray, level: float = LEVEL) -> tuple[float, float]:

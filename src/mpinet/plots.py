@@ -314,8 +314,15 @@ def _scaling_axes(fig, axes, ranks: list[int], wide: bool, legend: bool) -> None
 
 
 def time_split(runs: pd.DataFrame, title: str, path) -> dict:
-    """Median epoch time split into compute and communication, per design and rank count."""
-    g = _label(runs).groupby(["variant", "algorithm", "ranks"], sort=False)[["median_compute_s", "median_comm_s"]]
+    """Median epoch time split into compute, moving bytes and waiting for the slowest rank, per
+    design and rank count (tables without the split draw communication as one part)."""
+    runs = runs.copy()
+    split = "median_wait_s" in runs and runs["median_wait_s"].notna().any()
+    if split:
+        runs["median_transfer_s"] = runs["median_transfer_s"].fillna(runs["median_comm_s"])
+        runs["median_wait_s"] = runs["median_wait_s"].fillna(0.0)
+    parts = ["median_compute_s", *(("median_transfer_s", "median_wait_s") if split else ("median_comm_s",))]
+    g = _label(runs).groupby(["variant", "algorithm", "ranks"], sort=False)[parts]
     df = g.mean().reset_index()
     order = ["variant", "algorithm", "ranks"]
     df = df.sort_values(order, key=lambda c: c.map(DESIGN_ORDER) if c.name == "algorithm" else c)
@@ -327,19 +334,21 @@ def time_split(runs: pd.DataFrame, title: str, path) -> dict:
     fig, ax = _subplots(figsize=(max(6, 1.3 * len(df)), 4.5))
     x = np.arange(len(df))
     colors = [DESIGN_COLORS[a] for a in df["algorithm"]]
-    ax.bar(x, df["median_compute_s"] * 1e3, color=colors, label="compute")
-    ax.bar(
-        x,
-        df["median_comm_s"] * 1e3,
-        bottom=df["median_compute_s"] * 1e3,
-        color=colors,
-        alpha=0.4,
-        hatch="//",
-        label="communication",
-    )
+    styles = {
+        "median_compute_s": ("compute", {}),
+        "median_comm_s": ("communication (hatched)", {"alpha": 0.4, "hatch": "//"}),
+        "median_transfer_s": ("communication: moving bytes (hatched)", {"alpha": 0.4, "hatch": "//"}),
+        "median_wait_s": ("communication: waiting for the slowest rank (dotted)", {"alpha": 0.2, "hatch": ".."}),
+    }
+    bottom, handles = np.zeros(len(df)), []
+    for part in parts:
+        label, style = styles[part]
+        bars = ax.bar(x, df[part] * 1e3, bottom=bottom, color=colors, label=label, **style)
+        handles.append(bars.patches[0])
+        bottom += df[part].to_numpy() * 1e3
     ax.set_xticks(x, labels, fontsize=7)
     ax.set_ylabel("time per epoch and rank (ms)")
-    ax.legend(handles=ax.patches[:1] + ax.patches[len(df) : len(df) + 1], labels=["compute", "communication (hatched)"])
+    ax.legend(handles=handles, labels=[styles[p][0] for p in parts], fontsize=8)
     return _finish(fig, [ax], f"{title}: where an epoch's time goes", path)
 
 

@@ -36,6 +36,10 @@ METRIC_COLUMNS = (
     "time_s",
     "compute_s",
     "comm_s",
+    "wait_s",
+    "wait_max_s",
+    "transfer_s",
+    "transfer_max_s",
     "eval_s",
     "bytes_sent",
 )
@@ -101,7 +105,10 @@ def train(
         order = rng.permutation(n) if opts.shuffle == "samples" else rng.permutation(steps) * global_batch
         sums = np.zeros(3)  # training loss, correct predictions, samples: this rank's share
         comm_before, bytes_before = comm.seconds, comm.bytes_sent
+        # per communicating step, the compute since the last exchange: the slowest rank's sets the wait
+        computed, talked = np.zeros(steps), np.zeros(steps, dtype=bool)
         t0 = time.perf_counter()
+        left = t0
         for k in range(steps):
             if exchange.trains:
                 # the rows of step k: this rank's slot of the k-th global batch
@@ -112,15 +119,20 @@ def train(
                 scale = _step_scale(opts, len(batch), len(mine))
                 sums += _gradient(net, layers, grad_layers, grads, x, y, ws, scale)
             # exchange: combine the ranks' updates and step (Allreduce, local SGD or the server)
+            before, arrived = comm.seconds, time.perf_counter()
             exchange.step(params, grads, k, steps)
+            if comm.seconds != before:
+                computed[k], talked[k], left = arrived - left, True, time.perf_counter()
         t_train = time.perf_counter() - t0
+        waited = _waited(comm, computed, talked)
 
         # evaluation on the whole test set, and the epoch's metrics reduced over the ranks
         t0 = time.perf_counter()
         test_sums, confusion = _evaluate(net, layers, arrays.test_x, arrays.test_y, comm, ws.batch)
         t_eval = time.perf_counter() - t0
         comm.sum_untimed(sums)
-        row = _epoch_row(epoch, sums, test_sums, t_train, t_eval, comm, comm_before, bytes_before, exchange.trains)
+        timings = (t_train, t_eval, waited, comm_before, bytes_before)
+        row = _epoch_row(epoch, sums, test_sums, timings, comm, exchange.trains)
         if not all(math.isfinite(row[c]) for c in ("train_loss", "test_loss")):
             if checkpoint is not None and comm.rank == 0:
                 remove_checkpoint(checkpoint)
@@ -225,9 +237,20 @@ def _evaluate(net, layers, x_all, y_all, comm: Comm, batch: int):
     return sums[:3], sums[3:].reshape(k, k).astype(np.int64)
 
 
-def _epoch_row(epoch, sums, test_sums, t_train, t_eval, comm: Comm, comm_before, bytes_before, trains: bool):
+def _waited(comm: Comm, computed: np.ndarray, talked: np.ndarray) -> float:
+    """Seconds this rank sat in the epoch's exchanges waiting for the slowest rank to arrive, from
+    timestamps alone (no barrier): ranks leave an exchange together, so a rank that computed c
+    while the slowest computed max(c) waits max(c) - c before any byte can move."""
+    slowest = computed.copy()
+    comm.max_untimed(slowest)
+    return float((slowest - computed)[talked].sum())
+
+
+def _epoch_row(epoch, sums, test_sums, timings, comm: Comm, trains: bool):
+    t_train, t_eval, waited, comm_before, bytes_before = timings
     comm_s = comm.seconds - comm_before
-    per_rank = np.array([(t_train - comm_s) * trains, comm_s * trains, trains], dtype=np.float64)
+    waited = min(waited, comm_s)  # a wait is spent inside the exchange's time
+    per_rank = np.array([(t_train - comm_s) * trains, comm_s * trains, trains, waited * trains], dtype=np.float64)
     comm.sum_untimed(per_rank)  # means over the ranks that train
     return {
         "epoch": epoch,
@@ -238,6 +261,11 @@ def _epoch_row(epoch, sums, test_sums, t_train, t_eval, comm: Comm, comm_before,
         "time_s": comm.max(t_train),
         "compute_s": per_rank[0] / per_rank[2],
         "comm_s": per_rank[1] / per_rank[2],
+        # comm_s = waiting for the slowest rank + moving the bytes; mean and max over training ranks
+        "wait_s": per_rank[3] / per_rank[2],
+        "wait_max_s": comm.max(waited * trains),
+        "transfer_s": (per_rank[1] - per_rank[3]) / per_rank[2],
+        "transfer_max_s": comm.max((comm_s - waited) * trains),
         "eval_s": comm.max(t_eval),
         "bytes_sent": int(comm.max(float(comm.bytes_sent - bytes_before))),
     }
