@@ -345,9 +345,10 @@ def time_split(runs: pd.DataFrame, title: str, path) -> dict:
         label, style = styles[part]
         bars = ax.bar(x, df[part] * 1e3, bottom=bottom, color=colors, label=label, **style)
         handles.append(bars.patches[0])
-        bottom += df[part].to_numpy() * 1e3
+        bottom = bottom + df[part].to_numpy() * 1e3  # a new array: bar() keeps the one it was given
     ax.set_xticks(x, labels, fontsize=7)
     ax.set_ylabel("time per epoch and rank (ms)")
+    ax.set_ylim(0, max(bottom.max(), 1e-9) * 1.12)  # room above the tallest bar for the legend
     ax.legend(handles=handles, labels=[styles[p][0] for p in parts], fontsize=8)
     return _finish(fig, [ax], f"{title}: where an epoch's time goes", path)
 
