@@ -169,18 +169,7 @@ def _weak_panel(ax, weak: pd.DataFrame, variants: list[str]) -> None:
     points = weak.groupby(["design", "algorithm", "variant", "ranks"], sort=True).agg(
         mid=("weak_efficiency", "median"), lo=("weak_efficiency_lo", "min"), hi=("weak_efficiency_hi", "max")
     )
-    for (design, algorithm, variant), line in points.reset_index().groupby(["design", "algorithm", "variant"]):
-        label, style = _series(design, variant, variants)
-        ax.errorbar(
-            line["ranks"],
-            line["mid"],
-            yerr=[line["mid"] - line["lo"], line["hi"] - line["mid"]],
-            color=DESIGN_COLORS[algorithm],
-            ls=style,
-            marker="o",
-            capsize=3,
-            label=label,
-        )
+    _lines_with_bars(ax, points.reset_index(), variants)
     per_rank = ", ".join(str(k) for k in sorted(weak["samples_per_rank"].unique()))
     ax.set_title(f"weak scaling: {per_rank} samples per training rank fixed", fontsize=9)
     ax.set_ylabel("weak-scaling efficiency (t1(K) / tP(P·K))")
@@ -194,23 +183,26 @@ def _series(design: str, variant: str, variants: list[str]) -> tuple[str, str]:
     return label, ("-", "--", ":", "-.")[variants.index(variant) % 4]
 
 
-def _accuracy_panel(ax, labelled: pd.DataFrame, variants: list[str]) -> None:
-    """What the speed cost: final test accuracy of every design, serial included, at each rank count."""
-    acc = labelled.groupby(["design", "algorithm", "variant", "ranks"])["final_test_accuracy"]
-    for (design, algorithm, variant), line in (
-        acc.agg(["median", "min", "max"]).reset_index().groupby(["design", "algorithm", "variant"])
-    ):
+def _lines_with_bars(ax, points: pd.DataFrame, variants: list[str]) -> None:
+    """One line per design and variant over the rank counts: mid with bars from lo to hi."""
+    for (design, algorithm, variant), line in points.groupby(["design", "algorithm", "variant"]):
         label, style = _series(design, variant, variants)
         ax.errorbar(
             line["ranks"],
-            line["median"],
-            yerr=[line["median"] - line["min"], line["max"] - line["median"]],
+            line["mid"],
+            yerr=[line["mid"] - line["lo"], line["hi"] - line["mid"]],
             color=DESIGN_COLORS[algorithm],
             ls=style,
             marker="o",
             capsize=3,
             label=label,
         )
+
+
+def _accuracy_panel(ax, labelled: pd.DataFrame, variants: list[str]) -> None:
+    """What the speed cost: final test accuracy of every design, serial included, at each rank count."""
+    acc = labelled.groupby(["design", "algorithm", "variant", "ranks"])["final_test_accuracy"]
+    _lines_with_bars(ax, acc.agg(mid="median", lo="min", hi="max").reset_index(), variants)
     ax.set_ylim(0, 1.02)
     ax.set_ylabel("final test accuracy (median, min to max over seeds)")
 
