@@ -98,7 +98,7 @@ test: lint
 
 # The tests that depend on which MPI runs, in that MPI's own environment.
 test-mpi: setup
-	pytest -m "mpi and not slurm" -p no:cacheprovider
+	pytest -m "mpi and not slurm and not site" -p no:cacheprovider
 
 benchmark: setup
 	python benchmarks/decode.py

@@ -1,4 +1,7 @@
-"""Communication for the three designs; the only module that imports mpi4py.
+"""Communication for the three designs: the one module that moves training data between ranks.
+
+(mpi4py is also imported, for provenance only, by the CLI and run.json's writer, by the launcher's
+library probe, and by the cost model's ping-pong microbenchmark.)
 
 `Comm` wraps MPI.COMM_WORLD (or nothing, for `serial`), uses only buffer-based
 (uppercase) calls on numpy arrays, and counts the seconds and payload bytes each rank
