@@ -209,6 +209,7 @@ def test_references_are_checked_in_the_tables_the_report_and_the_summary(workdir
         assert p.returncode != 0 and "references[0]: selects no experiment of the study" in p.stdout + p.stderr
     finally:
         write_config(workdir, TINY)
+        snakemake(workdir)  # the tables as the other tests expect them: without references
 
 
 def test_a_placement_retrains_nothing_and_local_runs_record_their_one_host(workdir):
