@@ -96,7 +96,7 @@ def test_workflow_produces_tables_plots_and_runs(workdir):
     assert len(runs) == 4 + 3  # iris: serial, allreduce on 1 and 2, paramserver on 2; images: 3
     assert set(runs["dataset"]) == {"iris", "images"}
     for d in ("iris", "images"):
-        for f in ("curves", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"):
+        for f in ("curves", "data_size", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"):
             assert (workdir / f"results/test/plots/{d}/{f}.png").stat().st_size > 10_000
     run = workdir / "results/runs/iris/algorithm~allreduce/ranks~2/blas_threads~1/batch_size~4/learning_rate~0.3"
     rest = "epochs~5/train_samples~0/samples_per_rank~0/hidden~30-20/loss~l2/standardize~True/dtype~float32"
@@ -131,7 +131,7 @@ def test_report_lists_every_plot_and_table(workdir):
     snakemake(workdir, "--report", "results/test/report.html")
     html = (workdir / "results/test/report.html").read_text()
     for d in ("iris", "images"):
-        for f in ("curves", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"):
+        for f in ("curves", "data_size", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"):
             assert f"results/test/plots/{d}/{f}.png" in html, f
     for t in ("epochs.csv", "runs.csv", "seeds.csv"):
         assert f"results/test/metrics/{t}" in html
@@ -381,7 +381,8 @@ def test_intel_config_plans_offline(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", p.stdout + p.stderr, flags=re.M))
-    assert int(jobs["train_single"]) + int(jobs["train_mpi"]) == 20 and jobs["fetch"] == "1"
+    # two sweeps of 10 experiments, the first at both of the original's data sizes (220 and all)
+    assert int(jobs["train_single"]) + int(jobs["train_mpi"]) == 30 and jobs["fetch"] == "1"
 
 
 def test_install_profile_makes_the_bare_profile_name_work(tmp_path):
@@ -407,7 +408,7 @@ def test_make_run_on_a_clean_checkout_leaves_tables_plots_and_report(tmp_path):
     assert "pip install" not in p.stdout  # setup was already done: make is idempotent
     for table in ("epochs", "runs", "seeds"):
         assert (wd / f"results/default/metrics/{table}.csv").stat().st_size > 0
-    assert len(list((wd / "results/default/plots").glob("*/*.png"))) == 12
+    assert len(list((wd / "results/default/plots").glob("*/*.png"))) == 14
     assert (wd / "results/default/report.html").stat().st_size > 1_000_000
     again = subprocess.run([*SNAKEMAKE, "-n", "--cores", "2"], cwd=wd, capture_output=True, text=True, env=copy_env(wd))
     assert "Nothing to be done" in again.stdout + again.stderr
