@@ -50,7 +50,9 @@ $(STAMP): requirements.txt mpi/$(MPI).txt pyproject.toml
 	  else echo "error: Python's venv module is missing; run: sudo apt-get install python3-venv" >&2; exit 1; fi; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
-	$(BIN)/python -m pip install --quiet $(if $(filter site,$(MPI)),--no-binary mpi4py) -r requirements.txt
+	@# MPI=site: mpi4py compiled against the mpicc on PATH now, never a cached build made for another MPI
+	$(if $(filter site,$(MPI)),$(BIN)/python -m pip install --quiet --no-cache-dir --no-binary mpi4py $$(grep '^mpi4py==' requirements.txt))
+	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet $(if $(filter intel,$(MPI)),--no-deps) -r mpi/$(MPI).txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)

@@ -315,7 +315,12 @@ def test_interrupted_experiment_resumes_and_finished_ones_are_kept(tmp_path):
         time.sleep(0.2)
     ck = next(checkpoints.rglob("checkpoint.npz"))
     # what SLURM does at a time limit: SIGTERM to the job's processes (here: the MPI launcher)
-    launcher = next(p for p in _children(proc.pid) if _cmdline(p)[:1] and _cmdline(p)[0].endswith("mpiexec"))
+    # the training job's launcher, not the microbenchmark's (commbench runs beside training jobs)
+    launcher = next(
+        p
+        for p in _children(proc.pid)
+        if _cmdline(p)[:1] and _cmdline(p)[0].endswith("mpiexec") and "mpinet.train" in _cmdline(p)
+    )
     os.kill(launcher, signal.SIGTERM)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode != 0, out
