@@ -322,7 +322,10 @@ def test_interrupted_experiment_resumes_and_finished_ones_are_kept(tmp_path):
         if _cmdline(p)[:1] and _cmdline(p)[0].endswith("mpiexec") and "mpinet.train" in _cmdline(p)
     )
     os.kill(launcher, signal.SIGTERM)
-    out, _ = proc.communicate(timeout=300)
+    try:
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        _kill_tree(proc)  # a test that fails must not leave ranks running beside the next tests
     assert proc.returncode != 0, out
     assert ck.exists()
     serial_metrics = next((wd / "results/runs/images/algorithm~serial").rglob("metrics.csv"))
@@ -340,6 +343,20 @@ def _children(pid):
     import psutil
 
     return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    import psutil
+
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    for child in children:
+        child.kill()
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 def _cmdline(pid):
