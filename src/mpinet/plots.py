@@ -38,28 +38,25 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
     fig, grid = _subplots(len(variants), 2, figsize=(12, 4.2 * len(variants)), squeeze=False)
     for row, variant in zip(grid, variants):
         part = df[df["variant"] == variant]
-        for ax, y, label in (
-            (row[0], "train_loss", "training loss (mean per sample)"),
-            (row[1], "test_accuracy", "test accuracy"),
-        ):
-            sns.lineplot(
-                data=part,
-                x="epoch",
-                y=y,
-                hue="design",
-                style="ranks",
-                palette=_palette(df),
-                errorbar=("pi", 100),  # the seeds' min to max: never a band beyond what any seed reached
-                ax=ax,
-            )
-            ax.set_xlabel("epoch")
-            ax.set_ylabel(label)
-            ax.set_title(variant, fontsize=9)
-        row[0].set_yscale("log")
-        row[1].set_ylim(0, 1.02)
+        _loss_and_accuracy(row, part, variant, hue="design", style="ranks", palette=_palette(df))
         row[0].get_legend().remove()  # one legend per row
     axes = list(grid.flat)
     return _finish(fig, axes, f"{title}: training curves (mean over seeds, band: min to max)", path)
+
+
+def _loss_and_accuracy(axes, part: pd.DataFrame, title: str, **style) -> None:
+    """Training loss (log scale) and test accuracy per epoch on a pair of axes; band: the seeds'
+    min to max, never a band beyond what any seed reached."""
+    for ax, y, label in (
+        (axes[0], "train_loss", "training loss (mean per sample)"),
+        (axes[1], "test_accuracy", "test accuracy"),
+    ):
+        sns.lineplot(data=part, x="epoch", y=y, errorbar=("pi", 100), ax=ax, **style)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
+        ax.set_title(title, fontsize=9)
+    axes[0].set_yscale("log")
+    axes[1].set_ylim(0, 1.02)
 
 
 def data_size(epochs: pd.DataFrame, title: str, path) -> dict:
@@ -84,26 +81,15 @@ def data_size(epochs: pd.DataFrame, title: str, path) -> dict:
     for column, algorithm in zip(grid.T, designs):
         part = df[df["algorithm"] == algorithm]
         part = part.assign(samples=part["train_samples"].map("{:,} samples".format))
-        for ax, y, label in (
-            (column[0], "train_loss", "training loss (mean per sample)"),
-            (column[1], "test_accuracy", "test accuracy"),
-        ):
-            sns.lineplot(
-                data=part,
-                x="epoch",
-                y=y,
-                hue="samples",
-                style="variant" if others else None,
-                hue_order=[f"{n:,} samples" for n in sizes if n in set(part["train_samples"])],
-                palette={f"{n:,} samples": c for n, c in palette.items()},
-                errorbar=("pi", 100),
-                ax=ax,
-            )
-            ax.set_xlabel("epoch")
-            ax.set_ylabel(label)
-            ax.set_title(f"{DESIGN_NAMES[algorithm]}, {_ranks(int(part['ranks'].iloc[0]))}", fontsize=9)
-        column[0].set_yscale("log")
-        column[1].set_ylim(0, 1.02)
+        _loss_and_accuracy(
+            column,
+            part,
+            f"{DESIGN_NAMES[algorithm]}, {_ranks(int(part['ranks'].iloc[0]))}",
+            hue="samples",
+            style="variant" if others else None,
+            hue_order=[f"{n:,} samples" for n in sizes if n in set(part["train_samples"])],
+            palette={f"{n:,} samples": c for n, c in palette.items()},
+        )
     axes = list(grid.flat)
     return _finish(fig, axes, f"{title}: loss and accuracy by training-set size (band: min to max over seeds)", path)
 
