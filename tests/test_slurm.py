@@ -298,10 +298,14 @@ def test_make_slurm_run_takes_the_default_config_to_the_report(tmp_path):
     assert done_at is not None and report_at - done_at < 30
     jobs = sacct_jobs(since)
     train = jobs[jobs["comment"].str.startswith("rule_train")]
-    assert len(train) == 30 and (train["state"] == "COMPLETED").all(), jobs
+    from mpinet.experiments import expand_sweeps
+
+    default = yaml.safe_load((wd / "config/config.yaml").read_text())
+    experiments = len(expand_sweeps(default["experiments"], default["datasets"]))
+    assert len(train) == experiments and (train["state"] == "COMPLETED").all(), jobs
     assert train["name"].str.startswith("mpinet_").all()
     assert "not able to get a SLURM account" not in "".join(lines)
-    assert len(list((wd / "results/default/plots").glob("*/*.png"))) == 12
+    assert len(list((wd / "results/default/plots").glob("*/*.png"))) == 14  # 7 figures x 2 datasets
     assert (wd / "results/default/report.html").stat().st_size > 1_000_000
 
 
