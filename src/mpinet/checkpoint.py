@@ -34,6 +34,10 @@ def _metrics_path(path: Path) -> Path:
     return path.with_name(f"{path.name}.metrics.jsonl")
 
 
+def _record_path(path: Path) -> Path:
+    return path.with_name(f"{path.name}.run.json")
+
+
 def _tmp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp.npz")  # one fixed name: a killed writer leaves at most one
 
@@ -87,9 +91,25 @@ def _difference(theirs: str, ours: str) -> str:
     return " and ".join(words.get(k, k) for k in changed) or "by another run"
 
 
+def keep_run_record(path: Path, meta: dict) -> None:
+    """Keep a finished run's run.json beside its final checkpoint: a run restored from that
+    checkpoint reports when and where it really trained, not the restore."""
+    tmp = path.with_name(f".{path.name}.run.json.tmp")
+    tmp.write_text(json.dumps(meta, indent=2))
+    os.replace(tmp, _record_path(path))
+
+
+def run_record(path: Path) -> dict | None:
+    """The run.json kept with a final checkpoint, or None."""
+    try:
+        return json.loads(_record_path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def remove_checkpoint(path: Path) -> None:
     """Delete the checkpoint's files and the folders that held only them, up to a `checkpoints` folder."""
-    for p in (path, _metrics_path(path), _tmp_path(path)):
+    for p in (path, _metrics_path(path), _tmp_path(path), _record_path(path)):
         p.unlink(missing_ok=True)
     folder = path.parent.absolute()
     while folder != folder.parent:
@@ -100,3 +120,14 @@ def remove_checkpoint(path: Path) -> None:
         if folder.name == "checkpoints":
             break
         folder = folder.parent
+
+
+def remove_finished(runs: list[tuple[Path, Path]]) -> int:
+    """Remove the kept final checkpoints of runs whose outputs exist ((run.json, checkpoint) pairs),
+    once the workflow has succeeded: nothing can ask to restore them any more. Returns how many."""
+    removed = 0
+    for run_json, ck in runs:
+        if run_json.exists() and _record_path(ck).exists():
+            remove_checkpoint(ck)
+            removed += 1
+    return removed

@@ -12,7 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from mpinet import MpinetError, dataset
-from mpinet.checkpoint import remove_checkpoint
+from mpinet.checkpoint import keep_run_record, remove_checkpoint, run_record
 from mpinet.comm import Comm, world
 from mpinet.options import Options, option_flag
 from mpinet.runfiles import run_metadata, write_outputs
@@ -57,6 +57,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--launcher", default=None, help="recorded in run.json: the launcher line that started the ranks")
     p.add_argument("--checkpoint", default=None, help="checkpoint file, written after epochs and resumed from")
+    p.add_argument(
+        "--final-checkpoint",
+        choices=["remove", "keep"],
+        default="remove",
+        help="after the last epoch: remove the checkpoint, or keep it (with the run's run.json) so a rerun "
+        "restores the finished run's outputs instead of training again (pooled SLURM jobs)",
+    )
     p.add_argument(
         "--checkpoint-seconds",
         type=float,
@@ -110,8 +117,14 @@ def main(argv=None) -> int:
             meta["resumed_from_epoch"] = result.resumed_from_epoch
             meta["peak_rss_mb"] = comm.max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # max over ranks
             if comm.rank == 0:
+                if ck is not None and result.resumed_from_epoch == opts.epochs and (kept := run_record(ck)):
+                    # a finished run's outputs rebuilt from its final checkpoint: its own record
+                    meta = dict(kept, restored_from_checkpoint=_now())
+                    log("restored the finished run from its final checkpoint; nothing was trained")
                 write_outputs(Path(args.out), result, opts, arrays, meta)
-                if ck is not None:
+                if ck is not None and args.final_checkpoint == "keep":
+                    keep_run_record(ck, meta)
+                elif ck is not None:
                     remove_checkpoint(ck)
                 log(f"wrote {args.out}")
         return 0

@@ -80,10 +80,12 @@ def mpiexec_command(lib: Library, ranks: int, cores: int, bind: bool, root: bool
     return "mpiexec"
 
 
-def srun_command(lib: Library) -> str:
-    """The SLURM launcher line: the PMI the library speaks, and the whole step ended when a rank dies."""
+def srun_command(lib: Library, cpus_per_rank: int = 1) -> str:
+    """The SLURM launcher line: the PMI the library speaks, the whole step ended when a rank dies,
+    and each rank's CPUs named (since SLURM 22.05 srun no longer inherits the job's
+    --cpus-per-task, so where tasks are bound a 2-thread rank would get one CPU)."""
     pmi = "pmix" if lib.family == "openmpi" else "pmi2"
-    return f"srun --mpi={pmi} --kill-on-bad-exit=1"
+    return f"srun --mpi={pmi} --kill-on-bad-exit=1 --cpus-per-task={cpus_per_rank}"
 
 
 def check_mpiexec(lib: Library, mpiexec: str = "mpiexec") -> None:

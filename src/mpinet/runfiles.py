@@ -66,6 +66,9 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
     from threadpoolctl import threadpool_info
 
     hosts = comm.gather_strings(f"{socket.gethostname()} {os.cpu_count() or 1}")
+    # each rank's CPUs as the OS lets it run (a task plugin's binding shows here): a 2-thread rank
+    # bound to one CPU runs its BLAS threads on one core
+    affinity = comm.gather_strings(",".join(map(str, sorted(os.sched_getaffinity(0)))))
     cores = dict(h.rsplit(" ", 1) for h in hosts)  # host -> its CPUs
     meta = {
         "ranks": comm.size,
@@ -92,6 +95,7 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
             if i.get("user_api") == "blas"
         ],
         "blas_threads": opts.blas_threads,
+        "affinity": [[int(c) for c in a.split(",") if c] for a in affinity],  # by rank
         "environment": {k: os.environ[k] for k in RECORDED_ENVIRONMENT if k in os.environ},
         # set by srun in every task it starts: shows the ranks came from SLURM, and how many
         "slurm": {k: os.environ[k] for k in SLURM_VARIABLES if k in os.environ},

@@ -28,6 +28,7 @@ if mpinet.__version__ != WORKFLOW_VERSION:
     )
 
 from mpinet import MpinetError, dataset, launcher, numerics
+from mpinet.checkpoint import remove_finished
 from mpinet.cluster import TrainingJob, check_fits, mem_per_cpu_mb, partitions
 from mpinet.fetch import local_files, resolve_source, source_error
 from mpinet.experiments import (
@@ -139,9 +140,10 @@ def grid_path(wildcards):
 
 
 def on_slurm():
-    """Whether this invocation submits to SLURM (known once the DAG is built, not at parse time)."""
+    """Whether this invocation submits to SLURM: the executor says so once the DAG is built; a
+    dry run with the SLURM profile says so by its pooling setting (it is planned as submitted)."""
     plugin = workflow.executor_plugin
-    return plugin is not None and plugin.name == "slurm"
+    return (plugin is not None and plugin.name == "slurm") or pooled()
 
 
 def in_slurm_job():
@@ -259,10 +261,10 @@ def get_mpi_launcher(wildcards):
     its mpiexec, binding each rank to a core when jobs run alone and the ranks fit the cores
     (steadier epoch times), oversubscribing when they do not."""
     lib = mpi_library()
-    if on_slurm() or in_slurm_job():
-        return launcher.srun_command(lib)
-    ranks = int(wildcards.ranks) if "ranks" in wildcards.keys() else get_bench_ranks(wildcards)
     threads = int(wildcards.get("blas_threads", 1))
+    if on_slurm() or in_slurm_job():
+        return launcher.srun_command(lib, threads)
+    ranks = int(wildcards.ranks) if "ranks" in wildcards.keys() else get_bench_ranks(wildcards)
     bind = ISOLATE and threads == 1
     return launcher.mpiexec_command(lib, ranks, os.cpu_count() or 1, bind, os.geteuid() == 0)
 
@@ -285,6 +287,41 @@ def get_bench_nodes(wildcards):
 
 def get_train_slots(wildcards):
     return 1 if ISOLATE else 0
+
+
+# On SLURM, training jobs are pooled: a group job is one allocation whose members run one after
+# another as job steps. The profile sizes the pools with Snakemake's own setting
+# (`group-components: train=N`, N experiments per allocation; 1 is one job per experiment).
+POOL_GROUP = "train"
+
+
+def pooled():
+    """Whether training jobs are pooled: the profile (or --group-components) sizes the `train`
+    group. Known at parse time, so a dry run shows the allocations; inside a SLURM job the
+    members run one by one and form no group."""
+    return POOL_GROUP in workflow.group_settings.group_components and not in_slurm_job()
+
+
+def get_pool(wildcards):
+    """The pool a training job joins (None unless pooled; locally groups would only serialise):
+    one pool per kind of allocation, so a 1-rank run (no `mpi` resource, which every member of a
+    group must share), a run over 2 nodes or one with 2 BLAS threads per rank never sizes the
+    allocation of runs that need less. Every pool counts as the profile's `train` group."""
+    if not pooled():
+        return None
+    nodes = get_nodes(wildcards)
+    kind = "mpi" if int(wildcards.ranks) > 1 else "single"
+    name = f"{POOL_GROUP}-{kind}-t{wildcards.blas_threads}" + (f"-n{nodes}" if nodes else "")
+    # how Snakemake itself maps a wildcard group name to its --group-components entry
+    workflow.parent_groupids[name] = POOL_GROUP
+    return name
+
+
+def get_final_checkpoint(wildcards):
+    """A pooled run keeps its checkpoint after its last epoch: when a neighbour in its allocation
+    fails, Snakemake removes the outputs of every member and the retry runs them all again; the
+    finished ones then restore their outputs from it instead of training again."""
+    return "keep" if on_slurm() or in_slurm_job() else "remove"
 
 
 def get_isolation(wildcards):
@@ -364,6 +401,13 @@ def print_summary():
                 f"references: all {len(checked)} within their band or undecided"
             ]
             print("\n".join(lines) + "\n", flush=True)
+
+
+def remove_kept_checkpoints():
+    """After a successful run, the final checkpoints pooled runs kept are no longer needed."""
+    removed = remove_finished([(e.run_dir / "run.json", e.checkpoint) for e in study_experiments()])
+    if removed:
+        print(f"removed the final checkpoints of {removed} pooled runs", flush=True)
 
 
 def print_failures():

@@ -51,6 +51,7 @@ rule leftovers:
 
 
 onsuccess:
+    remove_kept_checkpoints()
     print_summary()
 
 

@@ -19,6 +19,8 @@ rule train_single:
         ranks="1",
         algorithm="serial|allreduce",
     priority: get_launch_priority
+    group:
+        get_pool
     conda:
         "../envs/mpinet.yaml"
     threads: get_cores
@@ -27,6 +29,7 @@ rule train_single:
         cpus_per_task=get_blas_threads,
         train_slots=get_train_slots,
         isolation=get_isolation,
+        final_checkpoint=get_final_checkpoint,
     params:
         data=get_data_dir,
         out=get_run_dir,
@@ -38,7 +41,8 @@ rule train_single:
         "Training {wildcards.dataset}: {wildcards.algorithm} on 1 rank, seed {wildcards.seed}, launch {wildcards.repeat}"
     shell:
         "python -m mpinet.train --data {params.data:q} --out {params.out:q} "
-        "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
+        "--checkpoint {params.checkpoint:q} --final-checkpoint {resources.final_checkpoint} "
+        "--isolation {resources.isolation} {params.options} "
         "> {log:q} 2>&1 "
         "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
 
@@ -56,6 +60,8 @@ rule train_mpi:
         ranks=r"[2-9]|[1-9]\d+",
         algorithm="allreduce|paramserver",
     priority: get_launch_priority
+    group:
+        get_pool
     conda:
         "../envs/mpinet.yaml"
     threads: get_cores
@@ -67,6 +73,7 @@ rule train_mpi:
         cpus_per_task=get_blas_threads,
         train_slots=get_train_slots,
         isolation=get_isolation,
+        final_checkpoint=get_final_checkpoint,
     params:
         data=get_data_dir,
         out=get_run_dir,
@@ -79,7 +86,8 @@ rule train_mpi:
     shell:
         "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.train "
         "--data {params.data:q} --out {params.out:q} "
-        "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
+        "--checkpoint {params.checkpoint:q} --final-checkpoint {resources.final_checkpoint} "
+        "--isolation {resources.isolation} {params.options} "
         "--launcher {resources.mpi:q} > {log:q} 2>&1 "
         "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
 
