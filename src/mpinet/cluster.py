@@ -5,6 +5,7 @@ submission, once per retry, with an empty job log; here it is one line before an
 """
 
 import functools
+import re
 import subprocess
 from dataclasses import dataclass
 
@@ -14,9 +15,13 @@ from mpinet import MpinetError
 @dataclass
 class Partition:
     name: str
-    cpus: int  # CPUs a single job may use: all nodes' CPUs, cut by MaxNodes and MaxCPUsPerNode
-    nodes: int = 1  # nodes a single job may use: TotalNodes cut by MaxNodes
-    cpus_per_node: int = 0  # CPUs a job may use on one node (0: cpus)
+    node_cpus: list[int]  # CPUs a job may use on each node of the partition, largest first
+    max_nodes: int  # nodes a single job may use (MaxNodes, cut by the nodes there are)
+    min_nodes: int = 1  # MinNodes: fewer nodes are refused
+
+    def cpus(self, nodes: int | None = None) -> int:
+        """CPUs a job may use on its `nodes` largest nodes (None: as many as it may have)."""
+        return sum(self.node_cpus[: self.max_nodes if nodes is None else nodes])
 
 
 @dataclass
@@ -52,49 +57,123 @@ def check_fits(jobs: list[TrainingJob], partitions: dict[str, Partition], defaul
 
 
 def _shortfall(job: TrainingJob, part: Partition) -> str | None:
-    """What of a job its partition cannot hold, in words, or None."""
+    """What of a job its partition cannot hold, in words, or None. SLURM places tasks unevenly, at
+    least one per node: a job fits when its N largest nodes together hold its ranks x CPUs per rank."""
     need = job.ranks * job.cpus_per_rank
     where = f"{job.experiment}: {job.ranks} ranks"
-    if need > part.cpus:
-        return f"{where} need {need} CPUs but SLURM partition '{part.name}' holds at most {part.cpus}"
-    if job.nodes is None:
+    p = f"SLURM partition '{part.name}'"
+    if job.nodes is not None:
+        if job.nodes > part.max_nodes:
+            return f"{where} on {job.nodes} nodes, but {p} gives a job at most {part.max_nodes} nodes"
+        if job.nodes < part.min_nodes:
+            return f"{where} on {job.nodes} nodes, but {p} gives a job at least {part.min_nodes} nodes (MinNodes)"
+        if job.ranks < job.nodes:
+            return f"{where} on {job.nodes} nodes: SLURM starts at least one task on every node"
+        nodes = job.nodes
+    else:
+        if job.ranks < part.min_nodes:
+            return f"{where}, but {p} gives a job at least {part.min_nodes} nodes (MinNodes), one task each"
+        nodes = max(part.min_nodes, min(part.max_nodes, job.ranks))
+    # tasks each node can take, whole ranks only: 3 CPUs hold one 2-CPU rank
+    tasks = [c // job.cpus_per_rank for c in part.node_cpus[:nodes]]
+    if sum(tasks) >= job.ranks and all(tasks):
         return None
-    if job.nodes > part.nodes:
-        return f"{where} on {job.nodes} nodes, but SLURM partition '{part.name}' gives a job at most {part.nodes} nodes"
-    per_node = -(-job.ranks // job.nodes) * job.cpus_per_rank  # the fullest node of an even spread
-    capacity = part.cpus_per_node or part.cpus
-    if per_node > capacity:
-        return (
-            f"{where} on {job.nodes} nodes need {per_node} CPUs on one node but SLURM partition "
-            f"'{part.name}' has at most {capacity} per node"
-        )
-    return None
+    held = sum(tasks) * job.cpus_per_rank
+    if job.nodes is None:
+        return f"{where} need {need} CPUs but {p} holds at most {held}"
+    return f"{where} on {job.nodes} nodes need {need} CPUs but the {job.nodes} largest nodes of {p} hold {held}"
 
 
 def partitions() -> tuple[dict[str, Partition], str | None]:
-    """Every partition's CPU capacity and the default partition's name, asked of SLURM."""
-    return parse_partitions(_slurm("scontrol", "show", "partition", "--oneliner"), _node_cpus())
+    """Every partition's nodes and limits and the default partition's name, asked of SLURM."""
+    return parse_partitions(
+        _slurm("scontrol", "show", "partition", "--oneliner"),
+        _slurm("scontrol", "show", "node", "--oneliner"),
+        _slurm("sinfo", "--noheader", "--Node", "--format=%N %P"),
+    )
 
 
-def parse_partitions(text: str, node_cpus: dict[str, int]) -> tuple[dict[str, Partition], str | None]:
-    """`scontrol show partition --oneliner` output and CPUs per node as partitions and the default's name."""
-    found, default = {}, None
-    for line in text.splitlines():
-        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        if "PartitionName" not in fields:
+def _records(text: str, key: str) -> list[dict[str, str]]:
+    """The Key=Value records of scontrol output, one per `key` (one line each with --oneliner, or
+    blocks of indented lines without it). Values may hold spaces (OS=Linux 6.1 ..., Reason=Not
+    responding): a value runs to the next Key=. Text before the first record is ignored."""
+    found = []
+    for chunk in re.split(rf"(?=\b{key}=)", text):
+        if not chunk.startswith(f"{key}="):
             continue
-        name = fields["PartitionName"]
-        cpus = int(fields.get("TotalCPUs", "0"))
-        per_node = max(node_cpus.values(), default=cpus)
-        if fields.get("MaxCPUsPerNode", "UNLIMITED").isdigit():
-            per_node = min(per_node, int(fields["MaxCPUsPerNode"]))
-            cpus = min(cpus, per_node * int(fields.get("TotalNodes", "1")))
-        nodes = int(fields.get("TotalNodes", "1"))
-        if fields.get("MaxNodes", "UNLIMITED").isdigit():
-            cpus = min(cpus, per_node * int(fields["MaxNodes"]))
-            nodes = min(nodes, int(fields["MaxNodes"]))
-        found[name] = Partition(name, cpus, nodes, per_node)
-        if fields.get("Default") == "YES":
+        found.append(dict(re.findall(r"([A-Za-z][\w/:.]*)=(.*?)(?=\s+[A-Za-z][\w/:.]*=|\s*$)", chunk, re.S)))
+    return found
+
+
+def _int(value: str | None, default: int | None = None) -> int | None:
+    """An integer field, or default for UNLIMITED, N/A, (null), a missing field or a suffixed value."""
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def node_cpus(scontrol_nodes: str) -> dict[str, tuple[int, list[str]]]:
+    """Each node's usable CPUs and partitions from `scontrol show node`: CPUEfctv (22.05+: without
+    the CPUs held back for the system, CoreSpecCount/CPUSpecList), else CPUTot (CPUs= before 15.08)
+    less CPUSpecList, never more than its configured TRES cpu=."""
+    nodes = {}
+    for f in _records(scontrol_nodes, "NodeName"):
+        cpus = _int(f.get("CPUEfctv"))
+        if cpus is None:
+            cpus = _int(f.get("CPUTot"), _int(f.get("CPUs"), 0))
+            spec = f.get("CPUSpecList", "(null)")
+            if spec not in ("", "(null)"):
+                cpus -= len(_cpu_list(spec))
+        if m := re.search(r"(?:^|,)cpu=(\d+)", f.get("CfgTRES", "")):
+            cpus = min(cpus, int(m[1]))
+        parts = [p for p in f.get("Partitions", "").split(",") if p and p != "(null)"]
+        nodes[f["NodeName"]] = (max(0, cpus), parts)
+    return nodes
+
+
+def _cpu_list(spec: str) -> list[int]:
+    """0-1,8,9 as [0, 1, 8, 9]."""
+    out = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit():
+            out.extend(range(int(lo), int(hi or lo) + 1) if (hi or lo).isdigit() else [int(lo)])
+    return out
+
+
+def sinfo_membership(sinfo_lines: str) -> dict[str, list[str]]:
+    """`sinfo --Node --format='%N %P'` as partition -> nodes (the default partition's '*' dropped;
+    a header line, blank lines and extra columns are ignored)."""
+    members: dict[str, list[str]] = {}
+    for line in sinfo_lines.splitlines():
+        words = line.split()
+        if len(words) < 2 or (words[0], words[1]) == ("NODELIST", "PARTITION"):
+            continue
+        members.setdefault(words[1].rstrip("*"), []).append(words[0])
+    return members
+
+
+def parse_partitions(
+    scontrol_partitions: str, scontrol_nodes: str, sinfo_nodes: str = ""
+) -> tuple[dict[str, Partition], str | None]:
+    """Partitions with their nodes' usable CPUs (cut by MaxCPUsPerNode), MaxNodes and MinNodes, and
+    the default partition's name. A node's partitions come from its Partitions= field, or from
+    sinfo's node list where scontrol does not print them."""
+    nodes = node_cpus(scontrol_nodes)
+    members = sinfo_membership(sinfo_nodes)
+    found, default = {}, None
+    for f in _records(scontrol_partitions, "PartitionName"):
+        name = f["PartitionName"]
+        names = {n for n, (_, parts) in nodes.items() if name in parts} | set(members.get(name, []))
+        cap = _int(f.get("MaxCPUsPerNode"))
+        cpus = sorted((min(nodes[n][0], cap or nodes[n][0]) for n in names if n in nodes), reverse=True)
+        if not cpus:  # no node detail: TotalCPUs spread evenly over TotalNodes, as a last resort
+            total, count = _int(f.get("TotalCPUs"), 0), max(1, _int(f.get("TotalNodes"), 1))
+            cpus = [min(total // count, cap or total // count)] * count
+        max_nodes = min(len(cpus), _int(f.get("MaxNodes"), len(cpus)))
+        found[name] = Partition(name, cpus, max_nodes, max(1, _int(f.get("MinNodes"), 1)))
+        if f.get("Default") == "YES":
             default = name
     return found, default
 
@@ -111,11 +190,6 @@ def default_account() -> str:
     except MpinetError:
         return ""
     return out.strip().splitlines()[0] if out.strip() else ""
-
-
-def _node_cpus() -> dict[str, int]:
-    out = _slurm("sinfo", "--noheader", "--Node", "--format=%N %c")
-    return {n: int(c) for n, c in (line.split() for line in out.splitlines() if line.strip())}
 
 
 def _slurm(*cmd: str) -> str:

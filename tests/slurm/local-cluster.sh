@@ -88,11 +88,15 @@ host_prerequisites() {
   mkdir -p "$STATE" /var/spool/slurmctld /var/spool/slurmd "$LOGS"
 }
 
-mount_cgroup() { # slurmd 22.05 needs a cgroup hierarchy even with task/none
+mount_cgroup() { # cgroup v1 hierarchies for slurmd: a named one it needs anyway, and cpuset (task/cgroup)
   if ! mountpoint -q /sys/fs/cgroup; then
     mount -t tmpfs -o mode=755 cgroup_root /sys/fs/cgroup
     mkdir -p /sys/fs/cgroup/systemd
     mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd
+  fi
+  if ! mountpoint -q /sys/fs/cgroup/cpuset; then
+    mkdir -p /sys/fs/cgroup/cpuset
+    mount -t cgroup -o cpuset cgroup /sys/fs/cgroup/cpuset
   fi
 }
 
@@ -154,7 +158,10 @@ SlurmctldDebug=info
 SlurmdDebug=info
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+# Tasks bound as on real sites: task/affinity pins each task to its CPUs (srun --cpus-per-task), task/cgroup
+# confines each step to its cpuset (cgroup.conf). The kernel binds within the real cores: a node that
+# declares 4 CPUs on 2 cores gives 2 tasks of 2 CPUs one core each.
+TaskPlugin=task/affinity,task/cgroup
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
@@ -196,7 +203,13 @@ DebugLevel=info
 DBDEOF
   )
   chmod 600 "$CONF/slurmdbd.conf"
-  touch "$STATE/wrote-slurm.conf" "$STATE/wrote-slurmdbd.conf"
+  cat >"$CONF/cgroup.conf" <<CGEOF
+# Written by mpinet's tests/slurm/local-cluster.sh: cgroup v1 (what this kernel mounts), cores only.
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainCores=yes
+CGEOF
+  touch "$STATE/wrote-slurm.conf" "$STATE/wrote-slurmdbd.conf" "$STATE/wrote-cgroup.conf"
 }
 
 make_network() { # make_network NODES: the bridge, one namespace per node, hosts lines; idempotent
@@ -364,7 +377,7 @@ cmd_stop() {
   for name in slurmd slurmctld slurmdbd mariadbd munged; do
     if alive "$name" "${name%d}"; then stop_daemon "$name"; else rm -f "$STATE/$name.pid"; fi
   done
-  for f in slurm.conf slurmdbd.conf; do
+  for f in slurm.conf slurmdbd.conf cgroup.conf; do
     if grep -qs "mpinet" "$CONF/$f" || [ -e "$STATE/wrote-$f" ]; then rm -f "$CONF/$f" "$STATE/wrote-$f"; fi
   done
   rm -f "$CONF/mpinet-task-prolog.sh"

@@ -1,3 +1,4 @@
+import functools
 import os
 import re
 import sys
@@ -27,7 +28,7 @@ if mpinet.__version__ != WORKFLOW_VERSION:
         f"{mpinet.__version__} ({Path(mpinet.__file__).parent}); install the workflow's version"
     )
 
-from mpinet import MpinetError, dataset, launcher, numerics
+from mpinet import MpinetError, dataset, launcher, numerics, walltime
 from mpinet.checkpoint import remove_finished
 from mpinet.cluster import TrainingJob, check_fits, mem_per_cpu_mb, partitions
 from mpinet.fetch import local_files, resolve_source, source_error
@@ -241,6 +242,20 @@ def get_mem_per_cpu(wildcards, input):
     )
 
 
+@functools.cache
+def calibration():
+    """The study's earlier runs.csv and measured link: the cost model the time limits come from."""
+    return walltime.calibration(Path(STUDY_DIR))
+
+
+def get_runtime(wildcards, input, attempt):
+    """Minutes a training job asks SLURM for (mpinet.walltime): from its own earlier epochs, the
+    calibrated cost model or the network's size, with a safety factor; a pool asks for the sum."""
+    row = RUN_ROWS[grid_path(wildcards)]
+    shape = walltime.data_shape(Path(input.data[0]).parent, row)
+    return walltime.estimate(row, shape, Path(get_checkpoint(wildcards)), *calibration()).minutes(attempt)
+
+
 def get_launch_priority(wildcards):
     return LAUNCH_PRIORITY[grid_path(wildcards)]
 
@@ -302,19 +317,27 @@ def pooled():
     return POOL_GROUP in workflow.group_settings.group_components and not in_slurm_job()
 
 
-def get_pool(wildcards):
-    """The pool a training job joins (None unless pooled; locally groups would only serialise):
-    one pool per kind of allocation, so a 1-rank run (no `mpi` resource, which every member of a
+def pool_name(kind, threads, nodes):
+    """One pool per kind of allocation, so a 1-rank run (no `mpi` resource, which every member of a
     group must share), a run over 2 nodes or one with 2 BLAS threads per rank never sizes the
     allocation of runs that need less. Every pool counts as the profile's `train` group."""
-    if not pooled():
-        return None
-    nodes = get_nodes(wildcards)
-    kind = "mpi" if int(wildcards.ranks) > 1 else "single"
-    name = f"{POOL_GROUP}-{kind}-t{wildcards.blas_threads}" + (f"-n{nodes}" if nodes else "")
+    name = f"{POOL_GROUP}-{kind}-t{threads}" + (f"-n{nodes}" if nodes else "")
     # how Snakemake itself maps a wildcard group name to its --group-components entry
     workflow.parent_groupids[name] = POOL_GROUP
     return name
+
+
+def get_pool(wildcards):
+    """The pool a training job joins (None unless pooled: locally groups would only serialise)."""
+    if not pooled():
+        return None
+    kind = "mpi" if int(wildcards.ranks) > 1 else "single"
+    return pool_name(kind, wildcards.blas_threads, get_nodes(wildcards))
+
+
+def get_bench_pool(wildcards):
+    """The MPI microbenchmark is timed alone too, so it joins the 1-thread MPI runs' pool."""
+    return pool_name("mpi", 1, get_bench_nodes(wildcards)) if pooled() else None
 
 
 def get_final_checkpoint(wildcards):

@@ -26,6 +26,7 @@ rule train_single:
     threads: get_cores
     resources:
         mem_mb_per_cpu=get_mem_per_cpu,
+        runtime=get_runtime,
         cpus_per_task=get_blas_threads,
         train_slots=get_train_slots,
         isolation=get_isolation,
@@ -70,6 +71,7 @@ rule train_mpi:
         tasks=get_ranks,
         nodes=get_nodes,
         mem_mb_per_cpu=get_mem_per_cpu,
+        runtime=get_runtime,
         cpus_per_task=get_blas_threads,
         train_slots=get_train_slots,
         isolation=get_isolation,
@@ -101,6 +103,8 @@ rule commbench:
         f"logs/{STUDY}/commbench.log",
     conda:
         "../envs/mpinet.yaml"
+    group:
+        get_bench_pool
     threads: get_bench_ranks
     resources:
         mpi=get_mpi_launcher,
