@@ -26,8 +26,12 @@ CONFIG = {
     "datasets": {"iris": {"source": "bundled:iris", "format": "csv"}},
     "experiments": [
         {"dataset": "iris", "algorithm": ["serial", "allreduce", "paramserver"], "ranks": [1, 2], "epochs": 4},
+        {"dataset": "iris", "algorithm": "serial", "blas_threads": 2, "epochs": 4},
     ],
 }
+# the pools CONFIG's experiments form (mpinet's get_pool): 1-rank runs by BLAS threads, MPI runs with
+# the microbenchmark
+POOLS = {"train-single-t1": 2, "train-single-t2": 1, "train-mpi-t1": 3}
 FAST_POLLING = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2"]
 
 
@@ -80,24 +84,14 @@ def on_slurm(wd, *args, timeout=420, check=True, polling=FAST_POLLING):
 SACCT = ["job", "state", "ntasks", "nnodes", "comment", "name", "submit", "start", "end"]
 
 
-def sacct_jobs(since: str) -> pd.DataFrame:
+def sacct_jobs(since: str, extra: str | None = None) -> pd.DataFrame:
+    """Jobs submitted since `since`, one row each; `extra` names one more sacct field (column extra)."""
+    fields = "JobID,State,NTasks,NNodes,Comment%200,JobName,Submit,Start,End" + (f",{extra}" if extra else "")
     p = subprocess.run(
-        [
-            "sacct",
-            "-X",
-            "-n",
-            "-P",
-            "-S",
-            since,
-            "-o",
-            "JobID,State,NTasks,NNodes,Comment%200,JobName,Submit,Start,End",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
+        ["sacct", "-X", "-n", "-P", "-S", since, "-o", fields], capture_output=True, text=True, check=True
     )
     rows = [line.split("|") for line in p.stdout.splitlines() if line.strip()]
-    return pd.DataFrame(rows, columns=SACCT)
+    return pd.DataFrame(rows, columns=SACCT + (["extra"] if extra else []))
 
 
 def _since() -> str:
@@ -114,23 +108,59 @@ def slurm_run(tmp_path_factory):
     return wd, since
 
 
-def test_every_experiment_is_a_slurm_job_with_srun_ranks(slurm_run):
+def _pools(jobs: pd.DataFrame) -> pd.DataFrame:
+    """The pooled allocations among sacct's jobs (comment rule_<pool>_<its rules>)."""
+    pools = jobs[jobs["comment"].str.startswith("rule_train-")]
+    return pools.assign(pool=pools["comment"].str.extract(r"^rule_(train-[a-z]+-t\d+(?:-n\d+)?)_")[0])
+
+
+def _runs(wd) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((wd / "results/runs").rglob("run.json"))]
+
+
+def test_experiments_share_pooled_allocations_one_after_another_as_job_steps(slurm_run):
     wd, since = slurm_run
     jobs = sacct_jobs(since)
-    train = jobs[jobs["comment"].str.startswith("rule_train")]
-    assert len(train) == 4 and (train["state"] == "COMPLETED").all(), jobs
-    assert sorted(train["comment"].str.extract(r"rule_(train_\w+?)_wildcards")[0]) == [
-        "train_mpi",
-        "train_mpi",
-        "train_single",
-        "train_single",
-    ]
-    assert not jobs["comment"].str.contains("rule_aggregate|rule_plots|rule_fetch").any()  # localrules
-    for meta_path in (wd / "results/runs/iris").rglob("run.json"):
-        meta = json.loads(meta_path.read_text())
-        assert meta["slurm"]["SLURM_JOB_ID"] in set(train["job"])
-        assert int(meta["slurm"]["SLURM_STEP_NUM_TASKS"]) == meta["ranks"]  # srun started exactly these ranks
-        assert meta["slurm"]["SLURM_MPI_TYPE"] == "pmi2"
+    pools = _pools(jobs)
+    assert sorted(pools["pool"]) == sorted(POOLS) and (pools["state"] == "COMPLETED").all(), jobs
+    assert not jobs["comment"].str.contains("rule_aggregate|rule_plots|rule_fetch|rule_commbench").any()
+    runs = _runs(wd)
+    assert len(runs) == 5
+    for meta in runs:
+        assert meta["slurm"]["SLURM_JOB_ID"] in set(pools["job"])
+        assert int(meta["slurm"]["SLURM_STEP_NUM_TASKS"]) == meta["ranks"]  # a job step of exactly these ranks
+        if meta["ranks"] > 1:
+            assert meta["slurm"]["SLURM_MPI_TYPE"] == "pmi2"
+        assert len(meta["affinity"]) == meta["ranks"] and all(meta["affinity"])
+    # timing isolation: inside an allocation (and across them) no two trainings overlap
+    spans = sorted((m["timing"]["start"], m["timing"]["end"]) for m in runs)
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
+
+
+def test_a_two_thread_run_gets_two_cpus_and_uses_them(slurm_run):
+    wd, _ = slurm_run
+    (meta,) = [m for m in _runs(wd) if m["blas_threads"] == 2]
+    assert meta["affinity"] == [[0, 1]]  # srun --cpus-per-task=2 under task/affinity + task/cgroup
+    assert [b["num_threads"] for b in meta["blas"]] == [2]
+    one = [m for m in _runs(wd) if m["blas_threads"] == 1 and m["ranks"] == 1]
+    assert all(len(m["affinity"][0]) >= 1 for m in one)
+
+
+def test_each_allocation_asks_for_the_sum_of_its_members_estimates(slurm_run):
+    from mpinet import walltime
+    from mpinet.experiments import expand_sweeps
+
+    wd, since = slurm_run
+    pools = _pools(sacct_jobs(since, extra="Timelimit")).set_index("pool")
+    rows = expand_sweeps(CONFIG["experiments"], CONFIG["datasets"]).to_dict("records")
+    for pool, members in POOLS.items():
+        mine = [r for r in rows if ("single" in pool) == (r["ranks"] == 1) and f"t{r['blas_threads']}" in pool]
+        # a first run: no earlier epochs, no calibrated model; the microbenchmark asks for 5 minutes
+        shape = walltime.data_shape
+        asked = sum(walltime.uncalibrated(r, shape(wd / "resources/data/iris", r)).minutes() for r in mine)
+        asked += 5 if pool == "train-mpi-t1" else 0
+        assert len(mine) + (pool == "train-mpi-t1") == members
+        assert pools.loc[pool, "extra"] == f"00:{asked:02d}:00", (pool, pools.loc[pool, "extra"], asked)
 
 
 def test_results_equal_a_local_run_with_the_same_seeds(slurm_run, tmp_path):
@@ -146,7 +176,7 @@ def test_results_equal_a_local_run_with_the_same_seeds(slurm_run, tmp_path):
     )
     cols = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy"]
     runs = sorted((wd / "results/runs").rglob("metrics.csv"))
-    assert len(runs) == 4
+    assert len(runs) == 5
     for m in runs:
         a = pd.read_csv(m)[cols]
         b = pd.read_csv(local / m.relative_to(wd))[cols]
@@ -161,10 +191,13 @@ def test_second_invocation_has_nothing_to_do_and_one_change_submits_only_its_job
     cfg["experiments"].append({"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "epochs": 4, "seed": 7})
     write_config(wd, cfg)
     assert planned(wd).get("train_mpi") == 1
+    before = {m["timing"]["start"] for m in _runs(wd)}
     since = _since()
     on_slurm(wd)
     jobs = sacct_jobs(since)
-    assert len(jobs) == 1 and "train_mpi" in jobs["comment"].iloc[0] and "_7" in jobs["comment"].iloc[0]
+    assert len(jobs) == 1 and jobs["comment"].iloc[0] == "rule_train-mpi-t1_train_mpi", jobs
+    new = [m for m in _runs(wd) if m["timing"]["start"] not in before]
+    assert len(new) == 1 and new[0]["slurm"]["SLURM_JOB_ID"] == jobs["job"].iloc[0]  # only the new seed trained
 
 
 def test_a_failing_training_job_is_reported_promptly(tmp_path):
@@ -234,30 +267,74 @@ def _interrupt_after_first_checkpoint(wd, action, polling=()):
 LONG = {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "hidden": [8], "dtype": "float64", "seed": 3}
 
 
-@pytest.mark.timeout(900)
-def test_a_cancelled_job_is_noticed_retried_and_resumed_to_the_same_weights(tmp_path):
-    wd = copy_repo(tmp_path / "slurm")
-    cfg = {"datasets": CONFIG["datasets"], "experiments": [{**LONG, "epochs": 15000}]}
-    write_config(wd, cfg)
-    since = _since()
-    out, _, _ = _interrupt_after_first_checkpoint(wd, lambda job: subprocess.run(["scancel", job], check=True))
-    assert "Finished jobid" in out and "100%" in out, out[-3000:]
-    jobs = _training_job(wd, since)
-    assert jobs["state"].str.startswith("CANCELLED").tolist() == [True, False], jobs
-    assert jobs["state"].iloc[1] == "COMPLETED"
-    cancelled = datetime.fromisoformat(jobs["end"].iloc[0])
-    retried = datetime.fromisoformat(jobs["submit"].iloc[1])
-    assert (retried - cancelled).total_seconds() < 60  # noticed within the profile's own polling
-    run = next((wd / "results/runs").rglob("run.json"))
-    assert json.loads(run.read_text())["resumed_from_epoch"] > 0
-    assert not list((wd / "results/checkpoints").rglob("*.npz"))  # no checkpoint or temporary file left
+POOLED = {**LONG, "epochs": 9000, "seed": [1, 2, 3]}  # about 16 s each: the third saves a checkpoint (10 s)
 
+
+@pytest.mark.timeout(900)
+def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_the_third(tmp_path):
+    """scancel in the middle of a pool's third member: Snakemake removes every member's outputs and
+    retries the pool; the two finished members restore theirs from their final checkpoints (same
+    record, nothing trained), the third resumes from its checkpoint to the uninterrupted weights."""
+    wd = copy_repo(tmp_path / "slurm")
+    write_config(wd, {"datasets": CONFIG["datasets"], "experiments": [POOLED]})
+    since = _since()
+    proc = subprocess.Popen(
+        slurm_cmd("--latency-wait", "10", timeout=600),
+        cwd=wd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=copy_env(wd),
+    )
+    try:
+        deadline = time.monotonic() + 400
+        while True:  # two finished, the third past its first saved epoch
+            done = list((wd / "results/runs").rglob("run.json"))
+            checkpoints = (wd / "results/checkpoints").rglob("checkpoint.npz")
+            run_of = lambda c: wd / "results/runs" / c.parent.relative_to(wd / "results/checkpoints")  # noqa: E731
+            running = [c for c in checkpoints if not (run_of(c) / "run.json").exists()]
+            if len(done) == 2 and running:
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"no third member started:\n{proc.communicate(timeout=60)[0][-3000:]}")
+            time.sleep(0.2)
+        queue = subprocess.run(["squeue", "-h", "-o", "%i %k"], capture_output=True, text=True).stdout
+        subprocess.run(["scancel", next(x.split()[0] for x in queue.splitlines() if "rule_train-" in x)], check=True)
+        cancelled_at = datetime.now().astimezone()
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-3000:]
+    pools = _pools(sacct_jobs(since))
+    assert pools["state"].str.split().str[0].tolist() == ["CANCELLED", "COMPLETED"], pools
+    first, retry = pools["job"].tolist()
+    cancelled, retried = (datetime.fromisoformat(pools[c].iloc[i]) for c, i in (("end", 0), ("submit", 1)))
+    # noticed within the polling, then Snakemake waits latency-wait (10 s here, 60 in the profile) for the
+    # logs of the members that never started before it retries the pool
+    assert (retried - cancelled).total_seconds() < 40
+    runs = _runs(wd)
+    assert len(runs) == 3
+    restored = [m for m in runs if m.get("restored_from_checkpoint")]
+    assert len(restored) == 2 and {m["slurm"]["SLURM_JOB_ID"] for m in restored} == {first}
+    assert all(datetime.fromisoformat(m["timing"]["end"]) < cancelled_at for m in restored)  # their own record
+    resumed = [m for m in runs if not m.get("restored_from_checkpoint") and m["resumed_from_epoch"] > 0]
+    assert len(resumed) == 1 and resumed[0]["slurm"]["SLURM_JOB_ID"] == retry
+    for metrics in (wd / "results/runs").rglob("metrics.csv"):
+        assert pd.read_csv(metrics)["epoch"].tolist() == list(range(1, 9001))
+    spans = sorted((m["timing"]["start"], m["timing"]["end"]) for m in runs)
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
+    assert not (wd / "results/checkpoints").exists() or not list((wd / "results/checkpoints").rglob("*.*"))
+
+    (run,) = [p.parent for p in (wd / "results/runs").rglob("run.json") if json.loads(p.read_text()) == resumed[0]]
     local = copy_repo(tmp_path / "local")
+    cfg = {"datasets": CONFIG["datasets"], "experiments": [{**POOLED, "seed": int(run.parent.name.split("~")[1])}]}
     write_config(local, cfg)
     subprocess.run(
         [*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml"], cwd=local, check=True, env=copy_env(local)
     )
-    with np.load(run.parent / "weights.npz") as a, np.load(local / run.parent.relative_to(wd) / "weights.npz") as b:
+    with np.load(run / "weights.npz") as a, np.load(local / run.relative_to(wd) / "weights.npz") as b:
         assert np.array_equal(a["params"], b["params"])  # bit-identical to the uninterrupted run
 
 

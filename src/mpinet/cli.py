@@ -58,11 +58,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--launcher", default=None, help="recorded in run.json: the launcher line that started the ranks")
     p.add_argument("--checkpoint", default=None, help="checkpoint file, written after epochs and resumed from")
     p.add_argument(
-        "--final-checkpoint",
-        choices=["remove", "keep"],
-        default="remove",
-        help="after the last epoch: remove the checkpoint, or keep it (with the run's run.json) so a rerun "
-        "restores the finished run's outputs instead of training again (pooled SLURM jobs)",
+        "--keep-final-checkpoint",
+        type=int,
+        choices=[0, 1],
+        default=0,
+        help="1: keep the checkpoint after the last epoch (with the run's run.json), so a rerun restores the "
+        "finished run's outputs instead of training again (pooled SLURM jobs); 0: remove it",
     )
     p.add_argument(
         "--checkpoint-seconds",
@@ -121,10 +122,10 @@ def main(argv=None) -> int:
                     # a finished run's outputs rebuilt from its final checkpoint: its own record
                     meta = dict(kept, restored_from_checkpoint=_now())
                     log("restored the finished run from its final checkpoint; nothing was trained")
+                if ck is not None and args.keep_final_checkpoint:
+                    keep_run_record(ck, meta)  # first: killed before the outputs, the retry still restores
                 write_outputs(Path(args.out), result, opts, arrays, meta)
-                if ck is not None and args.final_checkpoint == "keep":
-                    keep_run_record(ck, meta)
-                elif ck is not None:
+                if ck is not None and not args.keep_final_checkpoint:
                     remove_checkpoint(ck)
                 log(f"wrote {args.out}")
         return 0

@@ -30,7 +30,7 @@ rule train_single:
         cpus_per_task=get_blas_threads,
         train_slots=get_train_slots,
         isolation=get_isolation,
-        final_checkpoint=get_final_checkpoint,
+        keep_final_checkpoint=get_keep_final_checkpoint,
     params:
         data=get_data_dir,
         out=get_run_dir,
@@ -42,7 +42,7 @@ rule train_single:
         "Training {wildcards.dataset}: {wildcards.algorithm} on 1 rank, seed {wildcards.seed}, launch {wildcards.repeat}"
     shell:
         "python -m mpinet.train --data {params.data:q} --out {params.out:q} "
-        "--checkpoint {params.checkpoint:q} --final-checkpoint {resources.final_checkpoint} "
+        "--checkpoint {params.checkpoint:q} --keep-final-checkpoint {resources.keep_final_checkpoint} "
         "--isolation {resources.isolation} {params.options} "
         "> {log:q} 2>&1 "
         "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
@@ -75,7 +75,7 @@ rule train_mpi:
         cpus_per_task=get_blas_threads,
         train_slots=get_train_slots,
         isolation=get_isolation,
-        final_checkpoint=get_final_checkpoint,
+        keep_final_checkpoint=get_keep_final_checkpoint,
     params:
         data=get_data_dir,
         out=get_run_dir,
@@ -88,7 +88,7 @@ rule train_mpi:
     shell:
         "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.train "
         "--data {params.data:q} --out {params.out:q} "
-        "--checkpoint {params.checkpoint:q} --final-checkpoint {resources.final_checkpoint} "
+        "--checkpoint {params.checkpoint:q} --keep-final-checkpoint {resources.keep_final_checkpoint} "
         "--isolation {resources.isolation} {params.options} "
         "--launcher {resources.mpi:q} > {log:q} 2>&1 "
         "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
@@ -109,6 +109,8 @@ rule commbench:
     resources:
         mpi=get_mpi_launcher,
         tasks=get_bench_ranks,
+        # seconds of ping-pong even across nodes; minutes on SLURM, added to its pool's time limit
+        runtime=5,
         nodes=get_bench_nodes,
         train_slots=get_train_slots,
         isolation=get_isolation,
