@@ -253,7 +253,8 @@ def get_runtime(wildcards, input, attempt):
     calibrated cost model or the network's size, with a safety factor; a pool asks for the sum."""
     row = RUN_ROWS[grid_path(wildcards)]
     shape = walltime.data_shape(Path(input.data[0]).parent, row)
-    return walltime.estimate(row, shape, Path(get_checkpoint(wildcards)), *calibration()).minutes(attempt)
+    estimate = walltime.estimate(row, shape, Path(get_checkpoint(wildcards)), *calibration())
+    return estimate.minutes(attempt)
 
 
 def get_launch_priority(wildcards):

@@ -101,10 +101,10 @@ rule commbench:
         f"{STUDY_DIR}/metrics/commbench.csv",
     log:
         f"logs/{STUDY}/commbench.log",
-    conda:
-        "../envs/mpinet.yaml"
     group:
         get_bench_pool
+    conda:
+        "../envs/mpinet.yaml"
     threads: get_bench_ranks
     resources:
         mpi=get_mpi_launcher,
