@@ -374,13 +374,19 @@ def test_make_slurm_run_takes_the_default_config_to_the_report(tmp_path):
     # after the last job Snakemake waits out one status-check interval (10 s in the profile), no more
     assert done_at is not None and report_at - done_at < 30
     jobs = sacct_jobs(since)
-    train = jobs[jobs["comment"].str.startswith("rule_train")]
+    pools = _pools(jobs)
     from mpinet.experiments import expand_sweeps
 
     default = yaml.safe_load((wd / "config/config.yaml").read_text())
-    experiments = len(expand_sweeps(default["experiments"], default["datasets"]))
-    assert len(train) == experiments and (train["state"] == "COMPLETED").all(), jobs
-    assert train["name"].str.startswith("mpinet_").all()
+    experiments = expand_sweeps(default["experiments"], default["datasets"])
+    per_pool = yaml.safe_load((wd / "profiles/slurm/config.yaml").read_text())["group-components"]["train"]
+    single = int((experiments["ranks"] == 1).sum())
+    mpi = len(experiments) - single + 1  # the microbenchmark pools with the MPI runs
+    expected = -(-single // per_pool) + -(-mpi // per_pool)
+    assert len(pools) == expected and (pools["state"] == "COMPLETED").all(), jobs
+    assert len(jobs) <= 8, jobs  # with the two data preparation jobs
+    assert pools["name"].str.startswith("mpinet_").all()
+    assert len(_runs(wd)) == len(experiments)
     assert "not able to get a SLURM account" not in "".join(lines)
     assert len(list((wd / "results/default/plots").glob("*/*.png"))) == 14  # 7 figures x 2 datasets
     assert (wd / "results/default/report.html").stat().st_size > 1_000_000

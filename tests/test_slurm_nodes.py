@@ -31,6 +31,8 @@ F64 = {"dataset": "iris", "hidden": [8], "dtype": "float64", "epochs": 40}
 SPREAD = [
     {**F64, "algorithm": "allreduce", "ranks": 2, "nodes": 2},
     {**F64, "algorithm": "paramserver", "ranks": 3, "nodes": 3},
+    # hybrid: 2 BLAS threads per rank, one rank per node
+    {**F64, "algorithm": "allreduce", "ranks": 2, "nodes": 2, "blas_threads": 2, "seed": 5},
 ]
 # long enough on the namespaced nodes for a checkpoint (every 10 s) before the kill
 LONG = {**F64, "algorithm": "allreduce", "ranks": 2, "nodes": 2, "epochs": 6000, "seed": 3}
@@ -97,14 +99,27 @@ def test_ranks_run_on_as_many_hosts_as_nodes_asked_and_give_the_local_weights(sp
     assert mine.dtype == np.float64
     np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-10)
     runs = pd.read_csv(wd / "results/test/metrics/runs.csv")
-    assert runs.set_index("algorithm").loc[algorithm, "nodes"] == ranks
+    assert runs[(runs["algorithm"] == algorithm) & (runs["blas_threads"] == 1)]["nodes"].tolist() == [ranks]
+
+
+def test_a_two_thread_rank_gets_two_cpus_on_its_node(spread_run):
+    wd, _, since = spread_run
+    meta = json.loads((run_of(wd, "allreduce", seed=5) / "run.json").read_text())
+    assert meta["hosts"] == ["node1", "node2"] and meta["blas_threads"] == 2
+    assert meta["affinity"] == [[0, 1], [0, 1]]  # srun --cpus-per-task=2 under task/affinity + task/cgroup
+    assert [b["num_threads"] for b in meta["blas"]] == [2]
+    assert "--cpus-per-task=2" in meta["mpi"]["launcher"]
+    pools = sacct_jobs(since)
+    assert (pools["comment"] == "rule_train-mpi-t2-n2_train_mpi").sum() == 1  # its own pool
 
 
 def test_the_microbenchmark_spans_the_studys_nodes(spread_run):
     wd, _, since = spread_run
     jobs = sacct_jobs(since)
-    bench = jobs[jobs["comment"] == "rule_commbench"]
-    assert len(bench) == 1 and bench["nnodes"].iloc[0] == str(NODES)
+    # pooled with the 3-node runs it measures for
+    bench = jobs[jobs["comment"].str.contains("commbench")]
+    assert len(bench) == 1 and bench["comment"].iloc[0].startswith(f"rule_train-mpi-t1-n{NODES}_")
+    assert bench["nnodes"].iloc[0] == str(NODES)
     assert set(pd.read_csv(wd / "results/test/metrics/commbench.csv")["ranks"]) == {3}
 
 
@@ -138,12 +153,14 @@ def test_a_node_losing_its_ranks_ends_the_job_and_the_retry_resumes_bit_identica
     plan = planned(wd)
     assert plan.get("train_mpi") == 1 and "train_single" not in plan  # the finished experiments stay
     since = _since()
-    out, returncode, (node, killed) = _interrupt_after_first_checkpoint(wd, _kill_ranks_on_one_node, FAST_POLLING)
+    # latency-wait 10: a failed pool's retry waits that long for the logs of members that never started
+    polling = [*FAST_POLLING, "--latency-wait", "10"]
+    out, returncode, (node, killed) = _interrupt_after_first_checkpoint(wd, _kill_ranks_on_one_node, polling)
     assert returncode == 0, out[-3000:]
     jobs = sacct_jobs(since)
     train = jobs[jobs["comment"].str.startswith("rule_train")]
-    # only the long experiment was submitted: twice, the first attempt failed, the retry finished
-    assert len(train) == 2 and train["comment"].str.contains("_6000_").all(), jobs
+    # only the long experiment's pool was submitted: twice, the first attempt failed, the retry finished
+    assert len(train) == 2 and (train["comment"] == "rule_train-mpi-t1-n2_train_mpi").all(), jobs
     assert train["state"].tolist() == ["FAILED", "COMPLETED"], jobs
     ended = datetime.fromisoformat(train["end"].iloc[0]).timestamp()
     assert ended - killed < 60, f"the job ran on for {ended - killed:.0f} s after its ranks on {node} died"
