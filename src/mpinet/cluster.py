@@ -205,6 +205,10 @@ def _slurm(*cmd: str) -> str:
 def describe_comment(comment: str, columns: tuple[str, ...], defaults: dict) -> str:
     """A training job's SLURM comment ('rule_train_mpi_wildcards_<values>') as its experiment in words:
     dataset, design, ranks and seed always, every other value only where it is not the default."""
+    # a pool (a group job): rule_<pool>_<its rules>, e.g. rule_train-mpi-t1_commbench_train_mpi
+    if m := re.fullmatch(r"rule_(train-[a-z]+-t\d+(?:-n\d+)?)_(\w+)", comment):
+        rules = ", ".join(re.findall(r"commbench|train_single|train_mpi", m[2]))
+        return f"pool {m[1]} ({rules}): its experiments in logs/train/, one after another"
     rule, _, values = comment.partition("_wildcards_")
     parts = values.split("_")
     if not rule.startswith("rule_train") or len(parts) != len(columns) + 1:
