@@ -208,7 +208,8 @@ def test_a_failing_training_job_is_reported_promptly(tmp_path):
     ]
     write_config(wd, cfg)
     t = time.monotonic()
-    p = on_slurm(wd, check=False, timeout=300)
+    # two attempts, each noticed within the polling; latency-wait (60 s in the profile, 10 here) after each
+    p = on_slurm(wd, "--latency-wait", "10", check=False, timeout=300)
     elapsed = time.monotonic() - t
     assert p.returncode != 0 and elapsed < 150, (elapsed, p.stderr[-2000:])
     assert "Error in rule train_mpi" in p.stdout + p.stderr
@@ -331,27 +332,32 @@ def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_t
     local = copy_repo(tmp_path / "local")
     cfg = {"datasets": CONFIG["datasets"], "experiments": [{**POOLED, "seed": int(run.parent.name.split("~")[1])}]}
     write_config(local, cfg)
+    weights = str(run.relative_to(wd) / "weights.npz")  # that run alone, no tables or plots
     subprocess.run(
-        [*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml"], cwd=local, check=True, env=copy_env(local)
+        [*SNAKEMAKE, "--cores", "2", weights, "--configfile", "config/test.yaml"],  # --configfile takes several
+        cwd=local,
+        check=True,
+        env=copy_env(local),
     )
-    with np.load(run / "weights.npz") as a, np.load(local / run.relative_to(wd) / "weights.npz") as b:
+    with np.load(run / "weights.npz") as a, np.load(local / weights) as b:
         assert np.array_equal(a["params"], b["params"])  # bit-identical to the uninterrupted run
 
 
 @pytest.mark.timeout(900)
 def test_a_job_past_its_time_limit_is_retried_and_resumed(tmp_path):
     wd = copy_repo(tmp_path)
-    write_config(wd, {"datasets": CONFIG["datasets"], "experiments": [{**LONG, "epochs": 70000}]})
-    # one minute for the first attempt, ten for the retry
-    limit = ["--set-resources", "train_mpi:runtime=1 if attempt == 1 else 10"]
+    # about 85 s of training: the first attempt's minute (start-up included) ends in the middle
+    write_config(wd, {"datasets": CONFIG["datasets"], "experiments": [{**LONG, "epochs": 50000}]})
+    # one minute for the first attempt, ten for the retry; the pool's microbenchmark adds none
+    limit = ["--set-resources", "train_mpi:runtime=1 if attempt == 1 else 10", "commbench:runtime=0"]
     since = _since()
-    p = on_slurm(wd, *limit, timeout=600)
+    p = on_slurm(wd, *limit, "--latency-wait", "10", timeout=600)
     jobs = _training_job(wd, since)
     assert jobs["state"].tolist() == ["TIMEOUT", "COMPLETED"], (jobs, p.stdout[-2000:])
     meta = json.loads(next((wd / "results/runs").rglob("run.json")).read_text())
     assert meta["resumed_from_epoch"] > 0
     metrics = pd.read_csv(next((wd / "results/runs").rglob("metrics.csv")))
-    assert metrics["epoch"].tolist() == list(range(1, 70001))
+    assert metrics["epoch"].tolist() == list(range(1, 50001))
 
 
 @pytest.mark.timeout(1200)
