@@ -131,13 +131,22 @@ def main(argv=None) -> int:
         return 0
     except MpinetError as e:
         print(f"mpinet.train: error: {e}", file=sys.stderr, flush=True)
-        comm.abort(1)
+        _abort(comm)
         return 1
     except Exception:
         traceback.print_exc()
         sys.stderr.flush()
-        comm.abort(1)
+        _abort(comm)
         return 1
+
+
+def _abort(comm) -> None:
+    """End every rank. With several ranks, first give the launcher a moment to forward what this
+    rank printed: an abort from the rank that fails first kills the others' output in flight, and
+    a rank's own line was seen lost that way (a log holding only its first line)."""
+    if comm.size > 1:
+        time.sleep(0.5)
+    comm.abort(1)
 
 
 def _now() -> str:

@@ -32,6 +32,9 @@ def state(e: Experiment, now: float | None = None) -> tuple[str, str]:
     now = time.time() if now is None else now
     if (e.run_dir / "run.json").exists():
         return "done", ""
+    if e.checkpoint.with_name(f"{e.checkpoint.name}.run.json").exists():
+        # a pooled run that finished; a failed neighbour's retry removed its outputs (mpinet.checkpoint)
+        return "missing", "finished; its outputs come back from its final checkpoint on the next run"
     if e.log.exists():
         error = error_line(e.log)
         if error:
