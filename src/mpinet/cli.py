@@ -59,11 +59,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--checkpoint", default=None, help="checkpoint file, written after epochs and resumed from")
     p.add_argument(
         "--keep-final-checkpoint",
-        type=int,
-        choices=[0, 1],
-        default=0,
-        help="1: keep the checkpoint after the last epoch (with the run's run.json), so a rerun restores the "
-        "finished run's outputs instead of training again (pooled SLURM jobs); 0: remove it",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="after the last epoch keep the checkpoint (with the run's run.json), so a rerun restores the "
+        "finished run's outputs instead of training again; auto (default): yes inside a SLURM job, where a "
+        "failed neighbour in the run's pool makes Snakemake remove its outputs, no elsewhere",
     )
     p.add_argument(
         "--checkpoint-seconds",
@@ -122,10 +122,13 @@ def main(argv=None) -> int:
                     # a finished run's outputs rebuilt from its final checkpoint: its own record
                     meta = dict(kept, restored_from_checkpoint=_now())
                     log("restored the finished run from its final checkpoint; nothing was trained")
-                if ck is not None and args.keep_final_checkpoint:
+                keep = args.keep_final_checkpoint == "yes" or (
+                    args.keep_final_checkpoint == "auto" and "SLURM_JOB_ID" in os.environ
+                )
+                if ck is not None and keep:
                     keep_run_record(ck, meta)  # first: killed before the outputs, the retry still restores
                 write_outputs(Path(args.out), result, opts, arrays, meta)
-                if ck is not None and not args.keep_final_checkpoint:
+                if ck is not None and not keep:
                     remove_checkpoint(ck)
                 log(f"wrote {args.out}")
         return 0

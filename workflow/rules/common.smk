@@ -341,14 +341,6 @@ def get_bench_pool(wildcards):
     return pool_name("mpi", 1, get_bench_nodes(wildcards)) if pooled() else None
 
 
-def get_keep_final_checkpoint(wildcards):
-    """1: a pooled run keeps its checkpoint after its last epoch. When a neighbour in its allocation
-    fails, Snakemake removes the outputs of every member and the retry runs them all again; the
-    finished ones then restore their outputs from it instead of training again. (A number, not a
-    word: members of a group must agree on every text resource, and the microbenchmark has none.)"""
-    return 1 if on_slurm() or in_slurm_job() else 0
-
-
 def get_isolation(wildcards):
     """Recorded in run.json: how other training jobs were kept off this one's cores."""
     return "one-at-a-time" if ISOLATE else "shared"

@@ -30,7 +30,6 @@ rule train_single:
         cpus_per_task=get_blas_threads,
         train_slots=get_train_slots,
         isolation=get_isolation,
-        keep_final_checkpoint=get_keep_final_checkpoint,
     params:
         data=get_data_dir,
         out=get_run_dir,
@@ -42,8 +41,7 @@ rule train_single:
         "Training {wildcards.dataset}: {wildcards.algorithm} on 1 rank, seed {wildcards.seed}, launch {wildcards.repeat}"
     shell:
         "python -m mpinet.train --data {params.data:q} --out {params.out:q} "
-        "--checkpoint {params.checkpoint:q} --keep-final-checkpoint {resources.keep_final_checkpoint} "
-        "--isolation {resources.isolation} {params.options} "
+        "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
         "> {log:q} 2>&1 "
         "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
 
@@ -75,7 +73,6 @@ rule train_mpi:
         cpus_per_task=get_blas_threads,
         train_slots=get_train_slots,
         isolation=get_isolation,
-        keep_final_checkpoint=get_keep_final_checkpoint,
     params:
         data=get_data_dir,
         out=get_run_dir,
@@ -88,8 +85,7 @@ rule train_mpi:
     shell:
         "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.train "
         "--data {params.data:q} --out {params.out:q} "
-        "--checkpoint {params.checkpoint:q} --keep-final-checkpoint {resources.keep_final_checkpoint} "
-        "--isolation {resources.isolation} {params.options} "
+        "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
         "--launcher {resources.mpi:q} > {log:q} 2>&1 "
         "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
 
