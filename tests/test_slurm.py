@@ -312,9 +312,10 @@ def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_t
     assert pools["state"].str.split().str[0].tolist() == ["CANCELLED", "COMPLETED"], pools
     first, retry = pools["job"].tolist()
     cancelled, retried = (datetime.fromisoformat(pools[c].iloc[i]) for c, i in (("end", 0), ("submit", 1)))
-    # noticed within the polling, then Snakemake waits latency-wait (10 s here, 60 in the profile) for the
-    # logs of the members that never started before it retries the pool
-    assert (retried - cancelled).total_seconds() < 40
+    # retried, not hung (the plugin reading sacct's "CANCELLED by <uid>" waits forever): noticed within the
+    # polling, then Snakemake waits latency-wait (10 s here, 60 in the profile) for the outputs of the
+    # members that never started; CI measured 40-74 s on the shared 2-core machine
+    assert (retried - cancelled).total_seconds() < 150
     runs = _runs(wd)
     assert len(runs) == 3
     restored = [m for m in runs if m.get("restored_from_checkpoint")]
