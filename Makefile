@@ -96,7 +96,9 @@ lint: setup
 test: lint
 	pytest -m "not slurm"
 	$(MAKE) --no-print-directory test-mpi MPI=openmpi
-	pytest -m slurm
+	@# the one-node tests in partition debug beside the multi-node ones in partition nodes, then the restart
+	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadfile
+	pytest -m restarts_cluster
 
 # The tests that depend on which MPI runs, in that MPI's own environment.
 test-mpi: setup
@@ -109,7 +111,7 @@ benchmark: setup
 
 # OPENBLAS_* unset inside the command only: srun passes the environment on to the ranks
 benchmark-nodes: setup
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/nodes.py
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/nodes.py $(if $(PARTITION),--partition $(PARTITION))
 
 install-profile:
 	mkdir -p $(HOME)/.config/snakemake

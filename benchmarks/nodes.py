@@ -27,6 +27,7 @@ SHAPE = (150 * 150 * 3, [40, 10], 6)  # the Intel net; bench.make_data draws 6 c
 def run(data: Path, out: Path, nodes: int, args) -> dict:
     """One 2-rank run on `nodes` nodes; its median epoch and MPI seconds and the hosts it used."""
     cmd = ["srun", f"--nodes={nodes}", "--ntasks=2", "--exclusive", "--mpi=pmi2", "--kill-on-bad-exit=1"]
+    cmd += [f"--partition={args.partition}"] if args.partition else []
     cmd += [sys.executable, "-m", "mpi4py", "-m", "mpinet.train", "--data", str(data), "--out", str(out)]
     cmd += ["--algorithm", "allreduce", "--expect-ranks", "2", "--epochs", str(args.epochs)]
     cmd += ["--batch-size", str(args.batch_size), "--hidden", *map(str, SHAPE[1]), "--learning-rate", "0.004"]
@@ -42,6 +43,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=4, help="per rank (default 4: one Allreduce per 8 samples)")
     p.add_argument("--epochs", type=int, default=4, help="per run; the first is left out (default 4)")
     p.add_argument("--repeats", type=int, default=3, help="runs per placement, interleaved (default 3)")
+    p.add_argument("--partition", default=None, help="SLURM partition (the local cluster: nodes)")
     p.add_argument("--tmp", default=None, help="directory for the data, on a filesystem every node sees")
     args = p.parse_args(argv)
     params = model.Net((SHAPE[0], *SHAPE[1], SHAPE[2])).n_params

@@ -1,4 +1,5 @@
-"""The SLURM profile against a real SLURM cluster on localhost (tests/slurm/local-cluster.sh start).
+"""The SLURM profile against a real SLURM cluster on localhost (tests/slurm/local-cluster.sh start), in its
+default partition `debug` (the node localhost); tests/test_slurm_nodes.py runs beside them in `nodes`.
 
 Outside CI these skip when no cluster answers; with CI=true a missing cluster fails them.
 """
@@ -81,17 +82,27 @@ def on_slurm(wd, *args, timeout=420, check=True, polling=FAST_POLLING):
     return p
 
 
-SACCT = ["job", "state", "ntasks", "nnodes", "comment", "name", "submit", "start", "end"]
+SACCT = ["job", "state", "ntasks", "nnodes", "comment", "name", "submit", "start", "end", "workdir"]
 
 
-def sacct_jobs(since: str, extra: str | None = None) -> pd.DataFrame:
-    """Jobs submitted since `since`, one row each; `extra` names one more sacct field (column extra)."""
-    fields = "JobID,State,NTasks,NNodes,Comment%200,JobName,Submit,Start,End" + (f",{extra}" if extra else "")
+def sacct_jobs(wd: Path, since: str, extra: str | None = None) -> pd.DataFrame:
+    """The jobs submitted from `wd` since `since`, one row each (other tests' jobs run beside them);
+    `extra` names one more sacct field (column extra)."""
+    fields = "JobID,State,NTasks,NNodes,Comment%200,JobName,Submit,Start,End,WorkDir%400"
+    fields += f",{extra}" if extra else ""
     p = subprocess.run(
         ["sacct", "-X", "-n", "-P", "-S", since, "-o", fields], capture_output=True, text=True, check=True
     )
     rows = [line.split("|") for line in p.stdout.splitlines() if line.strip()]
-    return pd.DataFrame(rows, columns=SACCT + (["extra"] if extra else []))
+    jobs = pd.DataFrame(rows, columns=SACCT + (["extra"] if extra else []))
+    return jobs[jobs["workdir"] == os.path.realpath(wd)].reset_index(drop=True)
+
+
+def running_allocation(wd: Path) -> str:
+    """The id of the pooled training allocation submitted from `wd` that is in the queue now."""
+    queue = subprocess.run(["squeue", "-h", "-o", "%i|%k|%Z"], capture_output=True, text=True, check=True).stdout
+    rows = [line.split("|") for line in queue.splitlines()]
+    return next(i for i, comment, d in rows if comment.startswith("rule_train") and d == os.path.realpath(wd))
 
 
 def _since() -> str:
@@ -120,7 +131,7 @@ def _runs(wd) -> list[dict]:
 
 def test_experiments_share_pooled_allocations_one_after_another_as_job_steps(slurm_run):
     wd, since = slurm_run
-    jobs = sacct_jobs(since)
+    jobs = sacct_jobs(wd, since)
     pools = _pools(jobs)
     assert sorted(pools["pool"]) == sorted(POOLS) and (pools["state"] == "COMPLETED").all(), jobs
     assert not jobs["comment"].str.contains("rule_aggregate|rule_plots|rule_fetch|rule_commbench").any()
@@ -151,7 +162,7 @@ def test_each_allocation_asks_for_the_sum_of_its_members_estimates(slurm_run):
     from mpinet.experiments import expand_sweeps
 
     wd, since = slurm_run
-    pools = _pools(sacct_jobs(since, extra="Timelimit")).set_index("pool")
+    pools = _pools(sacct_jobs(wd, since, extra="Timelimit")).set_index("pool")
     rows = expand_sweeps(CONFIG["experiments"], CONFIG["datasets"]).to_dict("records")
     for pool, members in POOLS.items():
         mine = [r for r in rows if ("single" in pool) == (r["ranks"] == 1) and f"t{r['blas_threads']}" in pool]
@@ -194,7 +205,7 @@ def test_second_invocation_has_nothing_to_do_and_one_change_submits_only_its_job
     before = {m["timing"]["start"] for m in _runs(wd)}
     since = _since()
     on_slurm(wd)
-    jobs = sacct_jobs(since)
+    jobs = sacct_jobs(wd, since)
     assert len(jobs) == 1 and jobs["comment"].iloc[0] == "rule_train-mpi-t1_train_mpi", jobs
     new = [m for m in _runs(wd) if m["timing"]["start"] not in before]
     assert len(new) == 1 and new[0]["slurm"]["SLURM_JOB_ID"] == jobs["job"].iloc[0]  # only the new seed trained
@@ -220,7 +231,8 @@ def test_a_failing_training_job_is_reported_promptly(tmp_path):
 def test_a_job_its_partition_cannot_hold_is_refused_before_submission(tmp_path):
     wd = copy_repo(tmp_path)
     cfg = yaml.safe_load(yaml.safe_dump(CONFIG))
-    cpus = int(subprocess.run(["sinfo", "-h", "-o", "%C"], capture_output=True, text=True).stdout.split("/")[-1])
+    sinfo = subprocess.run(["sinfo", "-h", "-p", "debug", "-o", "%C"], capture_output=True, text=True, check=True)
+    cpus = int(sinfo.stdout.split("/")[-1])
     cfg["experiments"] = [{"dataset": "iris", "algorithm": "allreduce", "ranks": [2, cpus + 1, cpus + 2]}]
     write_config(wd, cfg)
     since = _since()
@@ -230,11 +242,11 @@ def test_a_job_its_partition_cannot_hold_is_refused_before_submission(tmp_path):
     line = next(x for x in out.splitlines() if "SLURM partition 'debug' holds at most" in x)
     assert f"ranks~{cpus + 1}/" in line and f"{cpus + 1} ranks need {cpus + 1} CPUs" in line
     assert f"holds at most {cpus} (and 1 more experiments)" in line
-    assert sacct_jobs(since).empty  # nothing was submitted, not even the jobs that would fit
+    assert sacct_jobs(wd, since).empty  # nothing was submitted, not even the jobs that would fit
 
 
 def _training_job(wd, since):
-    jobs = sacct_jobs(since)
+    jobs = sacct_jobs(wd, since)
     return jobs[jobs["comment"].str.startswith("rule_train") & (jobs["submit"] >= since)]
 
 
@@ -255,8 +267,7 @@ def _interrupt_after_first_checkpoint(wd, action, polling=()):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"no checkpoint appeared:\n{proc.communicate(timeout=60)[0][-3000:]}")
             time.sleep(0.5)
-        queue = subprocess.run(["squeue", "-h", "-o", "%i %k"], capture_output=True, text=True).stdout
-        acted = action(next(line.split()[0] for line in queue.splitlines() if "rule_train" in line))
+        acted = action(running_allocation(wd))
         out, _ = proc.communicate(timeout=660)
     finally:
         if proc.poll() is None:  # a failed check: SIGINT makes snakemake cancel its SLURM jobs
@@ -299,8 +310,7 @@ def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_t
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"no third member started:\n{proc.communicate(timeout=60)[0][-3000:]}")
             time.sleep(0.2)
-        queue = subprocess.run(["squeue", "-h", "-o", "%i %k"], capture_output=True, text=True).stdout
-        subprocess.run(["scancel", next(x.split()[0] for x in queue.splitlines() if "rule_train-" in x)], check=True)
+        subprocess.run(["scancel", running_allocation(wd)], check=True)
         cancelled_at = datetime.now().astimezone()
         out, _ = proc.communicate(timeout=600)
     finally:
@@ -308,7 +318,7 @@ def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_t
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=120)
     assert proc.returncode == 0, out[-3000:]
-    pools = _pools(sacct_jobs(since))
+    pools = _pools(sacct_jobs(wd, since))
     assert pools["state"].str.split().str[0].tolist() == ["CANCELLED", "COMPLETED"], pools
     first, retry = pools["job"].tolist()
     cancelled, retried = (datetime.fromisoformat(pools[c].iloc[i]) for c, i in (("end", 0), ("submit", 1)))
@@ -380,7 +390,7 @@ def test_make_slurm_run_takes_the_default_config_to_the_report(tmp_path):
     assert proc.wait(timeout=60) == 0, "".join(lines[-60:])
     # after the last job Snakemake waits out one status-check interval (10 s in the profile), no more
     assert done_at is not None and report_at - done_at < 30
-    jobs = sacct_jobs(since)
+    jobs = sacct_jobs(wd, since)
     pools = _pools(jobs)
     from mpinet.experiments import expand_sweeps
 

@@ -1,8 +1,11 @@
 """MPI jobs across nodes: the local cluster in its multi-node mode (`local-cluster.sh start --nodes 3`:
-three network namespaces with their own hostname, address and slurmd), driven through the profile.
+partition `nodes` of three network namespaces with their own hostname, address and slurmd, beside
+localhost in `debug`), driven through the profile with `slurm_partition: nodes`.
 
-The module switches the running cluster to three nodes and back to the mode it found at the end;
-its last test stops the cluster, checks nothing is left, and starts it again.
+`make test` starts these beside tests/test_slurm.py (pytest-xdist, one worker per file), so they
+need the cluster in that mode already (CI starts it so); run alone, the module switches the cluster
+to it and back. Its last test (marker restarts_cluster, run after all others) stops the cluster,
+checks nothing is left, and starts it again.
 """
 
 import json
@@ -17,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from conftest import REPO, env
 from test_slurm import FAST_POLLING, _interrupt_after_first_checkpoint, _since, on_slurm, sacct_jobs, wait_for_cluster
 from test_workflow import SNAKEMAKE, copy_env, copy_repo, planned, snakemake, write_config
@@ -45,25 +49,43 @@ def cluster_script(*args, timeout=300):
 
 
 def node_count() -> int:
-    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout
+    """Nodes in the partition `nodes` (0 when the cluster runs localhost alone)."""
+    out = subprocess.run(["sinfo", "-h", "-N", "-p", "nodes", "-o", "%N"], capture_output=True, text=True).stdout
     return len(set(out.split()))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def nodes():
     wait_for_cluster()
+    before = node_count()
+    if before == NODES:
+        yield
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # switching would restart the cluster under the other worker
+        reason = f"the local cluster runs without {NODES} nodes; start it with: local-cluster.sh start --nodes {NODES}"
+        pytest.fail(reason) if os.environ.get("CI") == "true" else pytest.skip(reason)
     if os.geteuid() != 0:
         pytest.skip("switching the local cluster to several nodes needs root")
-    before = node_count()
     cluster_script("start", "--nodes", str(NODES))
     yield
-    cluster_script("start", "--nodes", str(before))
+    cluster_script("start", "--nodes", str(before or 1))
+
+
+def copy_for_nodes(dest: Path) -> Path:
+    """A copy of the repository whose profile sends every job to the partition `nodes`, as a site's
+    user sets `slurm_partition` in the profile."""
+    wd = copy_repo(dest)
+    profile = wd / "profiles/slurm/config.yaml"
+    cfg = yaml.safe_load(profile.read_text())
+    cfg["default-resources"]["slurm_partition"] = "nodes"
+    profile.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return wd
 
 
 @pytest.fixture(scope="module")
 def spread_run(tmp_path_factory):
     """The SPREAD experiments on SLURM and the same ones locally under mpiexec."""
-    wd = copy_repo(tmp_path_factory.mktemp("nodes"))
+    wd = copy_for_nodes(tmp_path_factory.mktemp("nodes"))
     write_config(wd, {"datasets": DATASETS, "experiments": SPREAD})
     since = _since()
     on_slurm(wd)
@@ -92,7 +114,7 @@ def test_ranks_run_on_as_many_hosts_as_nodes_asked_and_give_the_local_weights(sp
     assert meta["slurm"]["SLURM_STEP_NUM_NODES"] == str(ranks)
     # the bundled cluster's task prolog picks MPICH's OFI network module; the run says so
     assert meta["environment"]["MPIR_CVAR_CH4_NETMOD"] == "ofi" and meta["environment"]["FI_PROVIDER"] == "tcp"
-    job = sacct_jobs(since).set_index("job").loc[meta["slurm"]["SLURM_JOB_ID"]]
+    job = sacct_jobs(wd, since).set_index("job").loc[meta["slurm"]["SLURM_JOB_ID"]]
     assert job["state"] == "COMPLETED"
     assert job["nnodes"] == str(ranks)  # --nodes reached sbatch
     mine, theirs = params(run), params(local / run.relative_to(wd))
@@ -109,13 +131,13 @@ def test_a_two_thread_rank_gets_two_cpus_on_its_node(spread_run):
     assert meta["affinity"] == [[0, 1], [0, 1]]  # srun --cpus-per-task=2 under task/affinity + task/cgroup
     assert [b["num_threads"] for b in meta["blas"]] == [2]
     assert "--cpus-per-task=2" in meta["mpi"]["launcher"]
-    pools = sacct_jobs(since)
+    pools = sacct_jobs(wd, since)
     assert (pools["comment"] == "rule_train-mpi-t2-n2_train_mpi").sum() == 1  # its own pool
 
 
 def test_the_microbenchmark_spans_the_studys_nodes(spread_run):
     wd, _, since = spread_run
-    jobs = sacct_jobs(since)
+    jobs = sacct_jobs(wd, since)
     # pooled with the 3-node runs it measures for
     bench = jobs[jobs["comment"].str.contains("commbench")]
     assert len(bench) == 1 and bench["comment"].iloc[0].startswith(f"rule_train-mpi-t1-n{NODES}_")
@@ -124,13 +146,13 @@ def test_the_microbenchmark_spans_the_studys_nodes(spread_run):
 
 
 def test_more_nodes_than_the_partition_has_are_refused_before_submission(tmp_path):
-    wd = copy_repo(tmp_path)
+    wd = copy_for_nodes(tmp_path)
     write_config(wd, {"datasets": DATASETS, "experiments": [{**F64, "algorithm": "allreduce", "ranks": 4, "nodes": 4}]})
     since = _since()
     p = on_slurm(wd, check=False, timeout=120)
     assert p.returncode != 0
-    assert f"4 ranks on 4 nodes, but SLURM partition 'debug' gives a job at most {NODES} nodes" in p.stdout + p.stderr
-    assert sacct_jobs(since).empty
+    assert f"4 ranks on 4 nodes, but SLURM partition 'nodes' gives a job at most {NODES} nodes" in p.stdout + p.stderr
+    assert sacct_jobs(wd, since).empty
 
 
 def _kill_ranks_on_one_node(job: str) -> tuple[str, float]:
@@ -157,7 +179,7 @@ def test_a_node_losing_its_ranks_ends_the_job_and_the_retry_resumes_bit_identica
     polling = [*FAST_POLLING, "--latency-wait", "10"]
     out, returncode, (node, killed) = _interrupt_after_first_checkpoint(wd, _kill_ranks_on_one_node, polling)
     assert returncode == 0, out[-3000:]
-    jobs = sacct_jobs(since)
+    jobs = sacct_jobs(wd, since)
     train = jobs[jobs["comment"].str.startswith("rule_train")]
     # only the long experiment's pool was submitted: twice, the first attempt failed, the retry finished
     assert len(train) == 2 and (train["comment"] == "rule_train-mpi-t1-n2_train_mpi").all(), jobs
@@ -179,6 +201,7 @@ def test_a_node_losing_its_ranks_ends_the_job_and_the_retry_resumes_bit_identica
 
 def test_the_nodes_benchmark_times_one_node_against_two():
     cmd = [sys.executable, str(REPO / "benchmarks/nodes.py"), "--train", "64", "--epochs", "2", "--repeats", "1"]
+    cmd += ["--partition", "nodes"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env())
     assert p.returncode == 0, p.stderr[-3000:]
     rows = {line.split()[0]: line.split() for line in p.stdout.splitlines() if line[:5].strip() in ("1", "2")}
@@ -186,6 +209,7 @@ def test_the_nodes_benchmark_times_one_node_against_two():
     assert all(float(rows[n][2]) > 0 for n in rows) and "two nodes / one node:" in p.stdout
 
 
+@pytest.mark.restarts_cluster
 def test_stop_leaves_no_namespace_link_hosts_line_or_daemon_and_start_comes_back():
     stop = cluster_script("stop").stderr
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

@@ -2,8 +2,10 @@
 # A real SLURM cluster on this machine (munge, MariaDB, slurmdbd, slurmctld, slurmd) for the profile
 # tests. Debian 12, root, no systemd. Usage: local-cluster.sh start [--nodes N] | stop | status
 #
-# start        one compute node, `localhost`, beside the controller.
-# start --nodes N (N >= 2)  N compute nodes node1..nodeN, each its own network namespace
+# start        one compute node, `localhost`, beside the controller: partition `debug`.
+# start --nodes N (N >= 2)  `localhost` (partition `debug`, the default) and N more compute nodes
+#        node1..nodeN (partition `nodes`): a heterogeneous cluster, and two partitions on which
+#        the tests run at once. Each of node1..nodeN is its own network namespace
 #        (mpinet-nodeI) with its own address on a bridge ($BRIDGE, $SUBNET.0/24, the controller at
 #        $SUBNET.1), its own hostname (UTS namespace) and its own slurmd: separate hosts as far as
 #        SLURM and MPI can tell, on one kernel. Node names resolve through lines marked "$MARK" in
@@ -17,9 +19,9 @@
 #        executor plugin calls it whenever snakemake starts.
 # Every node declares CPUs whatever the machine has (SlurmdParameters=config_overrides: slurmd reports
 # the configured CPUs and memory instead of the detected ones, and no node is drained for having less
-# hardware than declared): one node declares at least $MIN_CPUS CPUs so the default config's 3-rank
-# experiments fit on a 2-core machine; N nodes declare $NODE_CPUS CPUs each and share the real memory, so
-# 3 nodes fit on 2 cores. Their jobs share the real cores: oversubscribed, as a local `make run` is.
+# hardware than declared): localhost declares at least $MIN_CPUS CPUs so the default config's 3-rank
+# experiments fit on a 2-core machine; node1..nodeN declare $NODE_CPUS CPUs each; all share the real
+# memory and cores: oversubscribed, as a local `make run` is.
 set -euo pipefail
 
 STATE=/run/mpinet-slurm
@@ -100,8 +102,13 @@ mount_cgroup() { # cgroup v1 hierarchies for slurmd: a named one it needs anyway
   fi
 }
 
-node_names() { # the compute nodes of a cluster of $1 nodes
-  if [ "$1" = 1 ]; then echo localhost; else seq -f 'node%g' 1 "$1"; fi
+node_names() { # every compute node of a cluster started with --nodes $1
+  echo localhost
+  namespaced_nodes "$1"
+}
+
+namespaced_nodes() { # the compute nodes in network namespaces (partition `nodes`): none for 1
+  [ "$1" = 1 ] || seq -f 'node%g' 1 "$1"
 }
 
 node_address() { # node_address NAME
@@ -113,16 +120,17 @@ recorded_nodes() { # the node count the running cluster was started with (0: non
 }
 
 write_configs() { # write_configs NODES
-  local nodes=$1 cpus mem_mb ctld node_lines="" name
+  local nodes=$1 cpus mem_mb ctld node_lines="" name partitions
   mem_mb=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
+  cpus=$(nproc)
+  [ "$cpus" -ge "$MIN_CPUS" ] || cpus=$MIN_CPUS
+  partitions="PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP DefMemPerCPU=500"
   if [ "$nodes" = 1 ]; then
-    cpus=$(nproc)
-    [ "$cpus" -ge "$MIN_CPUS" ] || cpus=$MIN_CPUS
     ctld="localhost(127.0.0.1)"
   else
-    cpus=$NODE_CPUS
-    mem_mb=$((mem_mb / nodes))
+    mem_mb=$((mem_mb / (nodes + 1)))
     ctld="$(hostname)($SUBNET.1)" # slurmctld insists on its own hostname; the address is the bridge's
+    partitions+=$'\n'"PartitionName=nodes Nodes=node[1-$nodes] MaxTime=INFINITE State=UP DefMemPerCPU=500"
   fi
   local task_prolog=""
   if [ "$nodes" -gt 1 ]; then
@@ -135,13 +143,17 @@ write_configs() { # write_configs NODES
   else
     rm -f "$CONF/mpinet-task-prolog.sh"
   fi
-  for name in $(node_names "$nodes"); do
-    node_lines+="NodeName=$name NodeAddr=$(node_address "$name") CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN"$'\n'
+  for name in $(namespaced_nodes "$nodes"); do
+    node_lines+="NodeName=$name NodeAddr=$(node_address "$name") CPUs=$NODE_CPUS RealMemory=$mem_mb State=UNKNOWN"$'\n'
   done
+  # localhost last: while slurmctld reads the node lines, a lone node named localhost answers to every
+  # name (22.05's _find_node_record), so node1 after it would be a "Duplicated NodeHostName"
+  node_lines+="NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN"$'\n'
+
   [ -s "$DB_PASS_FILE" ] || (umask 077 && head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' >"$DB_PASS_FILE")
   mkdir -p "$CONF"
   cat >"$CONF/slurm.conf.new" <<CONFEOF
-# Written by mpinet's tests/slurm/local-cluster.sh: $nodes node(s), $cpus CPUs each, this machine's memory.
+# Written by mpinet's tests/slurm/local-cluster.sh: localhost ($cpus CPUs) and $((nodes > 1 ? nodes : 0)) namespaced node(s) ($NODE_CPUS CPUs each), this machine's memory.
 ClusterName=localcluster
 SlurmctldHost=$ctld
 SlurmUser=root
@@ -177,7 +189,7 @@ JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
 AccountingStoreFlags=job_comment
 ${task_prolog}
-${node_lines}PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP DefMemPerCPU=500
+${node_lines}${partitions}
 CONFEOF
   if cmp -s "$CONF/slurm.conf.new" "$CONF/slurm.conf"; then
     rm "$CONF/slurm.conf.new"
@@ -217,7 +229,7 @@ make_network() { # make_network NODES: the bridge, one namespace per node, hosts
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
   ip addr show dev "$BRIDGE" | grep -q "inet $SUBNET.1/" || ip addr add "$SUBNET.1/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
-  for name in $(node_names "$nodes"); do
+  for name in $(namespaced_nodes "$nodes"); do
     ns=mpinet-$name addr=$(node_address "$name")
     ip netns list | grep -qw "^$ns" || ip netns add "$ns"
     if ! ip link show "veth-$name" >/dev/null 2>&1; then
@@ -362,10 +374,10 @@ cmd_start() {
   [ "$(timeout 60 srun -N1 -n 2 --mpi=none hostname | wc -l)" = 2 ] || die "smoke test: srun -n 2 did not start 2 tasks"
   if [ "$nodes" -gt 1 ]; then
     local seen
-    seen=$(timeout 60 srun -N "$nodes" -n "$nodes" --mpi=none hostname | sort -u | tr '\n' ' ')
-    [ "$seen" = "$(node_names "$nodes" | tr '\n' ' ')" ] || die "smoke test: srun -N $nodes ran on '$seen'"
+    seen=$(timeout 60 srun -p nodes -N "$nodes" -n "$nodes" --mpi=none hostname | sort -u | tr '\n' ' ')
+    [ "$seen" = "$(namespaced_nodes "$nodes" | tr '\n' ' ')" ] || die "smoke test: srun -N $nodes ran on '$seen'"
   fi
-  log "cluster up in $((SECONDS - t0))s: partition debug, nodes $(sinfo -h -o %N), $(sinfo -h -o %C | cut -d/ -f4) CPUs declared on $(nproc) cores, account $ACCOUNT, MpiDefault=pmi2"
+  log "cluster up in $((SECONDS - t0))s: $(sinfo -h -o '%P %N %C' | awk '{split($3, c, "/"); printf "partition %s: %s, %s CPUs; ", $1, $2, c[4]}')declared on $(nproc) cores, account $ACCOUNT, MpiDefault=pmi2"
 }
 
 cmd_stop() {
