@@ -21,7 +21,8 @@
 # the configured CPUs and memory instead of the detected ones, and no node is drained for having less
 # hardware than declared): localhost declares at least $MIN_CPUS CPUs so the default config's 3-rank
 # experiments fit on a 2-core machine; node1..nodeN declare $NODE_CPUS CPUs each; all share the real
-# memory and cores: oversubscribed, as a local `make run` is.
+# memory (declared twice over: localhost all of it, node1..N a share each) and cores: oversubscribed,
+# as a local `make run` is.
 set -euo pipefail
 
 STATE=/run/mpinet-slurm
@@ -120,7 +121,7 @@ recorded_nodes() { # the node count the running cluster was started with (0: non
 }
 
 write_configs() { # write_configs NODES
-  local nodes=$1 cpus mem_mb ctld node_lines="" name partitions
+  local nodes=$1 cpus mem_mb node_mb ctld node_lines="" name partitions
   mem_mb=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
   cpus=$(nproc)
   [ "$cpus" -ge "$MIN_CPUS" ] || cpus=$MIN_CPUS
@@ -128,7 +129,8 @@ write_configs() { # write_configs NODES
   if [ "$nodes" = 1 ]; then
     ctld="localhost(127.0.0.1)"
   else
-    mem_mb=$((mem_mb / (nodes + 1)))
+    # declared, not enforced: localhost keeps the whole memory (as alone), node1..N share it
+    node_mb=$((mem_mb / nodes))
     ctld="$(hostname)($SUBNET.1)" # slurmctld insists on its own hostname; the address is the bridge's
     partitions+=$'\n'"PartitionName=nodes Nodes=node[1-$nodes] MaxTime=INFINITE State=UP DefMemPerCPU=500"
   fi
@@ -144,7 +146,7 @@ write_configs() { # write_configs NODES
     rm -f "$CONF/mpinet-task-prolog.sh"
   fi
   for name in $(namespaced_nodes "$nodes"); do
-    node_lines+="NodeName=$name NodeAddr=$(node_address "$name") CPUs=$NODE_CPUS RealMemory=$mem_mb State=UNKNOWN"$'\n'
+    node_lines+="NodeName=$name NodeAddr=$(node_address "$name") CPUs=$NODE_CPUS RealMemory=$node_mb State=UNKNOWN"$'\n'
   done
   # localhost last: while slurmctld reads the node lines, a lone node named localhost answers to every
   # name (22.05's _find_node_record), so node1 after it would be a "Duplicated NodeHostName"
