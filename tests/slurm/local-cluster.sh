@@ -197,7 +197,7 @@ CONFEOF
     rm "$CONF/slurm.conf.new"
   else
     mv "$CONF/slurm.conf.new" "$CONF/slurm.conf"
-    CONFIG_CHANGED=1
+    touch "$STATE/restart" # until the daemons have read it, even if this start fails later
   fi
   (
     umask 077
@@ -234,13 +234,12 @@ make_network() { # make_network NODES: the bridge, one namespace per node, hosts
   for name in $(namespaced_nodes "$nodes"); do
     ns=mpinet-$name addr=$(node_address "$name")
     ip netns list | grep -qw "^$ns" || ip netns add "$ns"
-    if ! ip link show "veth-$name" >/dev/null 2>&1; then
-      ip link add "veth-$name" type veth peer name eth0 netns "$ns"
-      ip link set "veth-$name" master "$BRIDGE" up
-      ip -n "$ns" addr add "$addr/24" dev eth0
-      ip -n "$ns" link set eth0 up
-      ip -n "$ns" link set lo up
-    fi
+    # each step only when missing: a start that stopped half-way is finished, not repeated
+    ip -n "$ns" link show eth0 >/dev/null 2>&1 || ip link add "veth-$name" type veth peer name eth0 netns "$ns"
+    ip link set "veth-$name" master "$BRIDGE" up
+    ip -n "$ns" addr show dev eth0 | grep -q "inet $addr/" || ip -n "$ns" addr add "$addr/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
     grep -q "^$addr $name $MARK\$" /etc/hosts || echo "$addr $name $MARK" >>/etc/hosts
   done
 }
@@ -325,11 +324,12 @@ start_slurmdbd() {
 start_slurm() { # start_slurm NODES
   local nodes=$1 names name state
   names=$(node_names "$nodes")
-  if [ "${CONFIG_CHANGED:-0}" = 1 ]; then # restart our own daemons so they read the new config
+  if [ -e "$STATE/restart" ]; then # restart our own daemons so they read the new config
     for name in $names; do
-      alive "slurmd-$name" slurmd && stop_daemon "slurmd-$name"
+      if alive "slurmd-$name" slurmd; then stop_daemon "slurmd-$name"; fi
     done
-    alive slurmctld slurmctld && stop_daemon slurmctld
+    if alive slurmctld slurmctld; then stop_daemon slurmctld; fi
+    rm "$STATE/restart"
   fi
   if ! alive slurmctld slurmctld; then
     slurmctld
@@ -394,7 +394,7 @@ cmd_stop() {
   for f in slurm.conf slurmdbd.conf cgroup.conf; do
     if grep -qs "mpinet" "$CONF/$f" || [ -e "$STATE/wrote-$f" ]; then rm -f "$CONF/$f" "$STATE/wrote-$f"; fi
   done
-  rm -f "$CONF/mpinet-task-prolog.sh"
+  rm -f "$CONF/mpinet-task-prolog.sh" "$STATE/restart"
   if [ -d "$NODE_TMP" ]; then rmdir "$NODE_TMP" || log "warning: $NODE_TMP not removed"; fi
 }
 
