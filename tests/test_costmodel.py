@@ -3,6 +3,7 @@ meet a real run."""
 
 import json
 import math
+from dataclasses import fields
 
 import numpy as np
 import pandas as pd
@@ -10,6 +11,7 @@ import pytest
 from conftest import run_train, train_cmd, write_dataset
 
 from mpinet.costmodel import (
+    COMPUTE_KEYS,
     Link,
     allreduce_seconds,
     epoch_seconds,
@@ -22,6 +24,7 @@ from mpinet.costmodel import (
     predicted_epochs,
 )
 from mpinet.launcher import library
+from mpinet.options import COMPUTE_OPTIONS, NOT_COMPUTE, Options
 
 
 def test_the_link_fit_recovers_known_alpha_and_beta_from_noisy_timings():
@@ -34,7 +37,8 @@ def test_the_link_fit_recovers_known_alpha_and_beta_from_noisy_timings():
 
 
 def _runs(per_sample=2e-5, samples=1000):
-    base = dict(dataset="d", blas_threads=1, batch_size=8, hidden="10", dtype="float32", sync_every=1)
+    base = dict(dataset="d", **{k: getattr(Options(), k) for k in COMPUTE_OPTIONS}, sync_every=1)
+    base |= dict(batch_size=8, hidden="10")
     base |= dict(features=100, classes=3, train_samples=samples)
     rows = [dict(base, algorithm="serial", ranks=1, median_compute_s=per_sample * samples, median_epoch_s=0.02)]
     rows.append(
@@ -45,7 +49,19 @@ def _runs(per_sample=2e-5, samples=1000):
 
 def test_compute_per_sample_is_fitted_from_the_one_rank_runs():
     compute = fit_compute(_runs(per_sample=2e-5))
-    assert compute[("d", 1, 8, "10", "float32")] == pytest.approx(2.1e-5)  # median of 2.0 and 2.2
+    assert dict(zip(COMPUTE_KEYS, next(iter(compute)))) == dict(_runs().iloc[0][COMPUTE_KEYS])
+    assert list(compute.values()) == [pytest.approx(2.1e-5)]  # median of 2.0 and 2.2
+
+
+def test_runs_that_differ_in_any_compute_option_are_fitted_apart():
+    """shuffle decides whether a step copies its batch: a study sweeping it gets two compute rates."""
+    runs = _runs(per_sample=2e-5)
+    batches = _runs(per_sample=1e-5).assign(shuffle="batches")
+    compute = fit_compute(pd.concat([runs, batches]))
+    by_shuffle = {dict(zip(COMPUTE_KEYS, k))["shuffle"]: v for k, v in compute.items()}
+    assert by_shuffle == {"samples": pytest.approx(2.1e-5), "batches": pytest.approx(1.05e-5)}
+    # every option but the stated exclusions separates runs, options added later included
+    assert set(COMPUTE_KEYS) == {"dataset", *(f.name for f in fields(Options))} - set(NOT_COMPUTE)
 
 
 def test_allreduce_follows_mpichs_algorithm_choice():

@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
@@ -9,20 +10,10 @@ import pytest
 
 from mpinet import costmodel, walltime
 from mpinet.checkpoint import save_checkpoint
+from mpinet.options import Options
 
-ROW = {
-    "dataset": "intel",
-    "algorithm": "allreduce",
-    "ranks": 2,
-    "blas_threads": 1,
-    "batch_size": 4,
-    "epochs": 10,
-    "hidden": [40, 10],
-    "dtype": "float32",
-    "sync_every": 1,
-    "train_samples": 0,
-    "samples_per_rank": 0,
-}
+# an experiment row as the grid makes it: every option, the defaults but these
+ROW = {**asdict(Options()), "dataset": "intel", "algorithm": "allreduce", "ranks": 2, "epochs": 10, "hidden": [40, 10]}
 SHAPE = {"train_samples": 14034, "test_samples": 3000, "features": 67500, "classes": 6}
 
 

@@ -8,21 +8,11 @@ import pandas as pd
 
 from mpinet import MpinetError
 from mpinet.experiments import COLUMNS, LAUNCH
+from mpinet.options import COMPUTE_OPTIONS
 
 PARAMS = ["dataset", *COLUMNS]
-# A run's serial baseline: same data, per-rank batch, model and seed (lr and epochs leave epoch time alone).
-BASELINE_KEYS = [
-    "dataset",
-    "blas_threads",
-    "batch_size",
-    "hidden",
-    "loss",
-    "standardize",
-    "dtype",
-    "shuffle",
-    "faithful",
-    "seed",
-]
+# A run's serial baseline: same data, every option that decides compute time, same seed.
+BASELINE_KEYS = ["dataset", *COMPUTE_OPTIONS, "seed"]
 
 
 def load_epochs(runs: list[dict]) -> pd.DataFrame:

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from mpinet.model import Net
+from mpinet.options import COMPUTE_OPTIONS
 
 
 @dataclass(frozen=True)
@@ -72,14 +73,14 @@ def fit_link(nbytes, seconds, source: str = "") -> Link:
 
 
 def fit_compute(runs: pd.DataFrame) -> dict:
-    """Seconds of compute per training sample, by (dataset, blas_threads, batch_size, hidden, dtype),
-    from the 1-rank runs (serial or allreduce on 1 rank): median over them."""
+    """Seconds of compute per training sample, by COMPUTE_KEYS (the dataset and every option that
+    decides compute time), from the 1-rank runs (serial or allreduce on 1 rank): median over them."""
     one = runs[runs["ranks"] == 1]
     per_sample = one["median_compute_s"] / one["train_samples"]
     return per_sample.groupby([one[k] for k in COMPUTE_KEYS]).median().to_dict()
 
 
-COMPUTE_KEYS = ["dataset", "blas_threads", "batch_size", "hidden", "dtype"]
+COMPUTE_KEYS = ["dataset", *COMPUTE_OPTIONS]
 
 
 def allreduce_seconds(ranks: int, nbytes: float, itemsize: int, link: Link) -> float:

@@ -2,7 +2,7 @@
 lines derive from, and the checks that say which values (and combinations) can run."""
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from mpinet import MpinetError
 from mpinet.model import LOSSES
@@ -52,6 +52,15 @@ class Options:
         False, "reproduce the original Go project's numerics and summed updates, bugs included (true/false)"
     )
     seed: int = _option(1, "seeds the initial weights and the sample order")
+
+
+# The options that leave a step's compute time alone, and why: they change only the numbers
+# (learning_rate, seed), the run's length (epochs), how much data it trains on (train_samples,
+# samples_per_rank: times are compared per sample) or the exchange (algorithm, sync_every). Every
+# other option, one added later included, is a COMPUTE_OPTION: it separates a run's serial baseline
+# and the cost model's compute per sample.
+NOT_COMPUTE = ("algorithm", "learning_rate", "epochs", "train_samples", "samples_per_rank", "sync_every", "seed")
+COMPUTE_OPTIONS = tuple(f.name for f in fields(Options) if f.name not in NOT_COMPUTE)
 
 
 class Impossible(MpinetError):

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure  # the object API draws without pyplot, so 
 from matplotlib.ticker import ScalarFormatter
 
 from mpinet import MpinetError
+from mpinet.costmodel import COMPUTE_KEYS
 from mpinet.experiments import variant_values, varying
 
 DESIGN_COLORS = {"serial": "#4d4d4d", "allreduce": "#1f77b4", "paramserver": "#d62728"}
@@ -233,7 +234,7 @@ def _speedup_panels(axes, df: pd.DataFrame, variants: list[str]) -> None:
 def _model_lines(axes, model: pd.DataFrame, measures: tuple[str, ...]) -> None:
     """The cost model with this machine's alpha and beta, to 32 ranks: lines under the measured points."""
     mine = model[model["link"] == "measured here"]
-    keys = ["batch_size", "hidden", "dtype", "blas_threads", "sync_every", "train_samples", "samples_per_rank"]
+    keys = [*COMPUTE_KEYS, "sync_every", "train_samples", "samples_per_rank"]
     configs = mine.groupby(
         [k for k in keys if k in mine and (k != "train_samples" or measures[0] != "weak_efficiency")]
     )
