@@ -1,8 +1,12 @@
+from dataclasses import fields
+
 import pandas as pd
 import pytest
+from conftest import REPO
 
 from mpinet import MpinetError
 from mpinet.experiments import expand_sweeps, train_arguments
+from mpinet.options import Options
 
 DATASETS = {"iris": {}, "images": {}}
 
@@ -110,3 +114,43 @@ def test_one_experiment_with_two_placements_is_refused_naming_both():
         expand_sweeps(sweeps, DATASETS)
     # the same placement twice is the same experiment, listed once
     assert len(expand_sweeps([sweeps[0], sweeps[0]], DATASETS)) == 1
+
+
+def _schema():
+    import yaml
+
+    return yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+
+
+def _enums(node, defs) -> set:
+    """Every enum value reachable from a schema node ($refs followed)."""
+    if isinstance(node, dict):
+        if "$ref" in node:
+            return _enums(defs[node["$ref"].split("/")[-1]], defs)
+        return set(node.get("enum", [])) | set().union(*(_enums(v, defs) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_enums(v, defs) for v in node))
+    return set()
+
+
+@pytest.mark.parametrize("section", ["experiments", "references"])
+def test_the_config_schema_and_the_options_dataclass_agree(section):
+    """Every option has a key in the schema's sweeps and references, with the same choices, and its
+    default is a valid value there (the schema's types and bounds admit what the trainer defaults to)."""
+    import jsonschema
+
+    schema = _schema()
+    keys = schema["properties"][section]["items"]["properties"]
+    for f in fields(Options):
+        assert f.name in keys, f"{section}: option {f.name} missing from the schema"
+        prop = dict(keys[f.name], **{"$defs": schema["$defs"]})
+        choices = f.metadata["choices"]
+        assert _enums(keys[f.name], schema["$defs"]) == set(choices or ()), f.name
+        default = list(f.default) if isinstance(f.default, tuple) else f.default
+        # the default is a valid value of the key; a reference's train_samples is what the runs
+        # trained on (runs.csv), never the option's 0 = all
+        if (section, f.name) != ("references", "train_samples"):
+            jsonschema.validate(default, prop)
+        for bad in ["not-a-choice"] if choices else []:
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(bad, prop)
