@@ -70,69 +70,25 @@ def train(
     """
     log = log or (lambda msg: None)
     check_options(opts, comm.size, len(arrays.train_y), len(arrays.classes))
-    dt = np.dtype(opts.dtype)
-    sizes = (arrays.train_x.shape[1], *opts.hidden, len(arrays.classes))
-    net = Net(sizes, opts.loss, opts.standardize, dt, opts.faithful)
-    params = init_params(net, opts.seed)
-    grads = np.zeros_like(params)
-    layers, grad_layers = layer_views(net, params), layer_views(net, grads)
-
-    exchange = exchange_for(opts.algorithm, opts.sync_every, comm, net.n_params, dt)
-    n_data = data_ranks(opts.algorithm, comm.size)
-    my_slot = comm.rank - 1 if opts.algorithm == "paramserver" else comm.rank
-    # the rows trained on: all, or a subset (indices into the memory map; nothing is copied on disk)
-    n = train_size(opts, n_data, len(arrays.train_y))
-    subset = None if n == len(arrays.train_y) else dataset.subset_rows(arrays.train_y, n, len(arrays.classes))
-    # buffers for the rows a rank can hold in one step: a batch_size beyond the data allocates no more
-    ws = Workspace(net, min(opts.batch_size, math.ceil(n / n_data)))
-    xbuf = np.empty((ws.batch, net.sizes[0]), dtype=dt)
-
-    result = Result(params, net)
+    run = _Run.start(arrays, opts, comm)
+    result = Result(run.params, run.net)
     run_signature = signature(opts, arrays, comm.size)
     start_epoch = 0
     if checkpoint is not None and comm.rank == 0:
-        start_epoch, result.metrics = load_checkpoint(checkpoint, run_signature, params, log)
+        start_epoch, result.metrics = load_checkpoint(checkpoint, run_signature, run.params, log)
         result.resumed_from_epoch = start_epoch
     start_epoch = int(comm.max(float(start_epoch)))  # rank 0 alone reads the file
     last_save, saved_rows = time.monotonic(), len(result.metrics)
-    comm.bcast(params)  # identical weights everywhere, whatever a rank's RNG or file did
+    comm.bcast(run.params)  # identical weights everywhere, whatever a rank's RNG or file did
 
-    global_batch = opts.batch_size * n_data
-    steps = math.ceil(n / global_batch)
     for epoch in range(start_epoch + 1, opts.epochs + 1):
-        # this epoch's order: a permutation of rows or of whole batches, the same on every rank
-        rng = np.random.default_rng([opts.seed, epoch])
-        order = rng.permutation(n) if opts.shuffle == "samples" else rng.permutation(steps) * global_batch
-        sums = np.zeros(3)  # training loss, correct predictions, samples: this rank's share
-        comm_before, bytes_before = comm.seconds, comm.bytes_sent
-        # per communicating step, the compute since the last exchange: the slowest rank's sets the wait
-        computed, talked = np.zeros(steps), np.zeros(steps, dtype=bool)
-        t0 = time.perf_counter()
-        left = t0
-        for k in range(steps):
-            if exchange.trains:
-                # the rows of step k: this rank's slot of the k-th global batch
-                batch = _global_batch(order, k, global_batch, n, opts.shuffle)
-                mine = _slot(batch, my_slot, n_data)
-                x, y = _rows_of(arrays, mine if subset is None else subset[mine], xbuf, opts.shuffle, subset is None)
-                # forward and backward: the loss on those rows and the lr-scaled gradient, in grads
-                scale = _step_scale(opts, len(batch), len(mine))
-                sums += _gradient(net, layers, grad_layers, grads, x, y, ws, scale)
-            # exchange: combine the ranks' updates and step (Allreduce, local SGD or the server)
-            before, arrived = comm.seconds, time.perf_counter()
-            exchange.step(params, grads, k, steps)
-            if comm.seconds != before:
-                computed[k], talked[k], left = arrived - left, True, time.perf_counter()
-        t_train = time.perf_counter() - t0
-        waited = _waited(comm, computed, talked)
-
+        sums, timings = run.train_epoch(epoch)
         # evaluation on the whole test set, and the epoch's metrics reduced over the ranks
         t0 = time.perf_counter()
-        test_sums, confusion = _evaluate(net, layers, arrays.test_x, arrays.test_y, comm, ws.batch)
-        t_eval = time.perf_counter() - t0
+        test_sums, confusion = run.evaluate()
+        timings = (timings[0], time.perf_counter() - t0, *timings[1:])
         comm.sum_untimed(sums)
-        timings = (t_train, t_eval, waited, comm_before, bytes_before)
-        row = _epoch_row(epoch, sums, test_sums, timings, comm, exchange.trains)
+        row = _epoch_row(epoch, sums, test_sums, timings, comm, run.exchange.trains)
         if not all(math.isfinite(row[c]) for c in ("train_loss", "test_loss")):
             if checkpoint is not None and comm.rank == 0:
                 remove_checkpoint(checkpoint)
@@ -142,19 +98,101 @@ def train(
             )
         result.metrics.append(row)
         result.confusion = confusion
-        log(
-            f"epoch {epoch}/{opts.epochs} train_loss={row['train_loss']:.4f} "
-            f"train_acc={row['train_accuracy']:.3f} test_acc={row['test_accuracy']:.3f} "
-            f"time={row['time_s']:.3f}s comm={row['comm_s']:.3f}s"
-        )
+        log(_progress(row, opts.epochs))
         # checkpoint, at most every checkpoint_seconds (and after the last epoch)
         due = time.monotonic() - last_save >= checkpoint_seconds or epoch == opts.epochs
         if checkpoint is not None and comm.rank == 0 and due:
-            save_checkpoint(checkpoint, run_signature, params, epoch, result.metrics[saved_rows:])
+            save_checkpoint(checkpoint, run_signature, run.params, epoch, result.metrics[saved_rows:])
             last_save, saved_rows = time.monotonic(), len(result.metrics)
     if result.confusion is None:  # resumed after the last epoch: evaluate once for the matrix
-        _, result.confusion = _evaluate(net, layers, arrays.test_x, arrays.test_y, comm, ws.batch)
+        _, result.confusion = run.evaluate()
     return result
+
+
+@dataclass
+class _Run:
+    """One rank's share of a run: the network, its weights and gradient with their per-layer views,
+    the exchange, which rows this rank trains on, and the preallocated step buffers."""
+
+    arrays: dataset.Arrays
+    opts: Options
+    comm: Comm
+    net: Net
+    params: np.ndarray
+    grads: np.ndarray
+    layers: list
+    grad_layers: list
+    exchange: object
+    n_data: int  # ranks that train
+    my_slot: int  # this rank's slot among them
+    n: int  # rows trained on
+    subset: np.ndarray | None  # their indices into the memory map, or None for all rows
+    ws: Workspace
+    xbuf: np.ndarray
+
+    @classmethod
+    def start(cls, arrays: dataset.Arrays, opts: Options, comm: Comm) -> "_Run":
+        dt = np.dtype(opts.dtype)
+        sizes = (arrays.train_x.shape[1], *opts.hidden, len(arrays.classes))
+        net = Net(sizes, opts.loss, opts.standardize, dt, opts.faithful)
+        params = init_params(net, opts.seed)
+        grads = np.zeros_like(params)
+        exchange = exchange_for(opts.algorithm, opts.sync_every, comm, net.n_params, dt)
+        n_data = data_ranks(opts.algorithm, comm.size)
+        my_slot = comm.rank - 1 if opts.algorithm == "paramserver" else comm.rank
+        # the rows trained on: all, or a subset (indices into the memory map; nothing is copied on disk)
+        n = train_size(opts, n_data, len(arrays.train_y))
+        subset = None if n == len(arrays.train_y) else dataset.subset_rows(arrays.train_y, n, len(arrays.classes))
+        # buffers for the rows a rank can hold in one step: a batch_size beyond the data allocates no more
+        ws = Workspace(net, min(opts.batch_size, math.ceil(n / n_data)))
+        xbuf = np.empty((ws.batch, net.sizes[0]), dtype=dt)
+        views = layer_views(net, params), layer_views(net, grads)
+        return cls(arrays, opts, comm, net, params, grads, *views, exchange, n_data, my_slot, n, subset, ws, xbuf)
+
+    def train_epoch(self, epoch: int) -> tuple[np.ndarray, tuple]:
+        """One pass over the rows: this rank's (loss, correct, rows) sums, and (train seconds, seconds
+        waited for the slowest rank, comm seconds and bytes sent before the epoch)."""
+        opts, comm = self.opts, self.comm
+        global_batch = opts.batch_size * self.n_data
+        steps = math.ceil(self.n / global_batch)
+        # this epoch's order: a permutation of rows or of whole batches, the same on every rank
+        rng = np.random.default_rng([opts.seed, epoch])
+        order = rng.permutation(self.n) if opts.shuffle == "samples" else rng.permutation(steps) * global_batch
+        sums = np.zeros(3)  # training loss, correct predictions, samples: this rank's share
+        comm_before, bytes_before = comm.seconds, comm.bytes_sent
+        # per communicating step, the compute since the last exchange: the slowest rank's sets the wait
+        computed, talked = np.zeros(steps), np.zeros(steps, dtype=bool)
+        t0 = time.perf_counter()
+        left = t0
+        for k in range(steps):
+            if self.exchange.trains:
+                # the rows of step k: this rank's slot of the k-th global batch
+                batch = _global_batch(order, k, global_batch, self.n, opts.shuffle)
+                mine = _slot(batch, self.my_slot, self.n_data)
+                rows = mine if self.subset is None else self.subset[mine]
+                x, y = _rows_of(self.arrays, rows, self.xbuf, opts.shuffle, self.subset is None)
+                # forward and backward: the loss on those rows and the lr-scaled gradient, in grads
+                scale = _step_scale(opts, len(batch), len(mine))
+                sums += _gradient(self.net, self.layers, self.grad_layers, self.grads, x, y, self.ws, scale)
+            # exchange: combine the ranks' updates and step (Allreduce, local SGD or the server)
+            before, arrived = comm.seconds, time.perf_counter()
+            self.exchange.step(self.params, self.grads, k, steps)
+            if comm.seconds != before:
+                computed[k], talked[k], left = arrived - left, True, time.perf_counter()
+        t_train = time.perf_counter() - t0
+        return sums, (t_train, _waited(comm, computed, talked), comm_before, bytes_before)
+
+    def evaluate(self):
+        a = self.arrays
+        return _evaluate(self.net, self.layers, a.test_x, a.test_y, self.comm, self.ws.batch)
+
+
+def _progress(row: dict, epochs: int) -> str:
+    return (
+        f"epoch {row['epoch']}/{epochs} train_loss={row['train_loss']:.4f} "
+        f"train_acc={row['train_accuracy']:.3f} test_acc={row['test_accuracy']:.3f} "
+        f"time={row['time_s']:.3f}s comm={row['comm_s']:.3f}s"
+    )
 
 
 def _step_scale(opts: Options, global_rows: int, my_rows: int) -> float:
