@@ -8,7 +8,9 @@ import pandas as pd
 
 from mpinet import MpinetError
 from mpinet.experiments import COLUMNS, LAUNCH
+from mpinet.layout import METRICS_FILE, RECORD_FILE
 from mpinet.options import COMPUTE_OPTIONS
+from mpinet.train import METRIC_COLUMNS
 
 PARAMS = ["dataset", *COLUMNS]
 # A run's serial baseline: same data, every option that decides compute time, same seed.
@@ -43,29 +45,33 @@ def load_epochs(runs: list[dict]) -> pd.DataFrame:
 
 ISOLATED = ("one-at-a-time", "exclusive-node")  # run.json isolation modes whose timings stand alone
 RERUN = "; remove the run's directory and run the workflow again to retrain it"
-METRICS = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "time_s", "compute_s", "comm_s")
+# the metrics.csv columns a run must have: the trainer's, up to comm_s (the wait/transfer split and
+# what follows came later; runs recorded before it are read without them)
+METRICS = METRIC_COLUMNS[: METRIC_COLUMNS.index("comm_s") + 1]
 
 
 def read_run(d: Path, epochs: int) -> tuple[pd.DataFrame, dict]:
     """A finished run's metrics.csv and run.json, checked: a run whose files are cut, empty or
     incomplete is an error naming it, never a row of the tables."""
     try:
-        meta = json.loads((d / "run.json").read_text())
+        meta = json.loads((d / RECORD_FILE).read_text())
         train_samples = meta["data"]["train_samples"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise MpinetError(f"{d}/run.json: unreadable or incomplete ({type(e).__name__}: {e}){RERUN}") from None
+        raise MpinetError(f"{d / RECORD_FILE}: unreadable or incomplete ({type(e).__name__}: {e}){RERUN}") from None
     try:
-        m = pd.read_csv(d / "metrics.csv")
+        m = pd.read_csv(d / METRICS_FILE)
     except (OSError, ValueError) as e:
-        raise MpinetError(f"{d}/metrics.csv: unreadable ({type(e).__name__}: {e}){RERUN}") from None
+        raise MpinetError(f"{d / METRICS_FILE}: unreadable ({type(e).__name__}: {e}){RERUN}") from None
     missing = [c for c in METRICS if c not in m.columns]
     if missing:
-        raise MpinetError(f"{d}/metrics.csv: column(s) {', '.join(missing)} missing{RERUN}")
+        raise MpinetError(f"{d / METRICS_FILE}: column(s) {', '.join(missing)} missing{RERUN}")
     values = m[list(METRICS)].apply(pd.to_numeric, errors="coerce")
     if m["epoch"].tolist() != list(range(1, epochs + 1)) or values.isna().any().any():
-        raise MpinetError(f"{d}/metrics.csv: {len(m)} complete epoch rows of {epochs} expected (cut or edited?){RERUN}")
+        raise MpinetError(
+            f"{d / METRICS_FILE}: {len(m)} complete epoch rows of {epochs} expected (cut or edited?){RERUN}"
+        )
     if not isinstance(train_samples, int) or train_samples < 1:
-        raise MpinetError(f"{d}/run.json: data.train_samples is {train_samples!r}{RERUN}")
+        raise MpinetError(f"{d / RECORD_FILE}: data.train_samples is {train_samples!r}{RERUN}")
     return m, meta
 
 

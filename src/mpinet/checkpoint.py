@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from mpinet import dataset, numerics
+from mpinet.layout import CHECKPOINTS, RECORD_FILE
 from mpinet.options import Options
 
 
@@ -34,8 +35,9 @@ def _metrics_path(path: Path) -> Path:
     return path.with_name(f"{path.name}.metrics.jsonl")
 
 
-def _record_path(path: Path) -> Path:
-    return path.with_name(f"{path.name}.run.json")
+def record_path(path: Path) -> Path:
+    """The run.json a final checkpoint keeps beside it (keep_run_record)."""
+    return path.with_name(f"{path.name}.{RECORD_FILE}")
 
 
 def _tmp_path(path: Path) -> Path:
@@ -96,30 +98,39 @@ def keep_run_record(path: Path, meta: dict) -> None:
     checkpoint reports when and where it really trained, not the restore."""
     tmp = path.with_name(f".{path.name}.run.json.tmp")
     tmp.write_text(json.dumps(meta, indent=2))
-    os.replace(tmp, _record_path(path))
+    os.replace(tmp, record_path(path))
 
 
 def run_record(path: Path) -> dict | None:
     """The run.json kept with a final checkpoint, or None."""
     try:
-        return json.loads(_record_path(path).read_text())
+        return json.loads(record_path(path).read_text())
     except (OSError, ValueError):
         return None
 
 
 def remove_checkpoint(path: Path) -> None:
-    """Delete the checkpoint's files and the folders that held only them, up to a `checkpoints` folder."""
-    for p in (path, _metrics_path(path), _tmp_path(path), _record_path(path)):
+    """Delete the checkpoint's files and the folders that held only them: up to the checkpoints
+    root (mpinet.layout.CHECKPOINTS, itself included) when the path lies under it, else only the
+    checkpoint's own folder."""
+    for p in (path, _metrics_path(path), _tmp_path(path), record_path(path)):
         p.unlink(missing_ok=True)
     folder = path.parent.absolute()
-    while folder != folder.parent:
+    root = _checkpoints_root(folder) or folder
+    while True:
         try:
             folder.rmdir()  # only succeeds while empty
         except OSError:
             break
-        if folder.name == "checkpoints":
+        if folder == root:
             break
         folder = folder.parent
+
+
+def _checkpoints_root(folder: Path) -> Path | None:
+    """The CHECKPOINTS folder among folder's parents (or folder itself), if any."""
+    depth = len(Path(CHECKPOINTS).parts)
+    return next((p for p in (folder, *folder.parents) if p.parts[-depth:] == Path(CHECKPOINTS).parts), None)
 
 
 def remove_finished(runs: list[tuple[Path, Path]]) -> int:
@@ -127,7 +138,7 @@ def remove_finished(runs: list[tuple[Path, Path]]) -> int:
     once the workflow has succeeded: nothing can ask to restore them any more. Returns how many."""
     removed = 0
     for run_json, ck in runs:
-        if run_json.exists() and _record_path(ck).exists():
+        if run_json.exists() and record_path(ck).exists():
             remove_checkpoint(ck)
             removed += 1
     return removed

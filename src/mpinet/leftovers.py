@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from mpinet import MpinetError
+from mpinet.layout import METRICS_FILE, RECORD_FILE
 
 RECORD = "runs.txt"  # results/<study>/runs.txt: the run directories of that study, one per line
 
@@ -53,7 +54,7 @@ def config_run_dirs(config_dir: Path, schema: Path, runs_root: str) -> set[Path]
 
 def leftovers(runs_root: Path, keep: set[Path]) -> list[Path]:
     """Run directories under runs_root (those holding run.json or metrics.csv) that are not in keep."""
-    found = {p.parent for name in ("run.json", "metrics.csv") for p in runs_root.rglob(name)}
+    found = {p.parent for name in (RECORD_FILE, METRICS_FILE) for p in runs_root.rglob(name)}
     kept = {r.resolve() for r in keep}
     return sorted(d for d in found if d.resolve() not in kept)
 

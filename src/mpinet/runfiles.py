@@ -12,6 +12,7 @@ import numpy as np
 
 from mpinet import __version__, dataset, numerics
 from mpinet.comm import Comm, mpi_library_version
+from mpinet.layout import CONFUSION_FILE, METRICS_FILE, RECORD_FILE, WEIGHTS_FILE
 from mpinet.options import Options, data_ranks, train_size
 from mpinet.train import METRIC_COLUMNS, Result
 
@@ -41,23 +42,23 @@ def write_outputs(out: Path, result: Result, opts: Options, arrays: dataset.Arra
     """metrics.csv, confusion.csv, weights.npz and run.json (last), each written atomically."""
     out.mkdir(parents=True, exist_ok=True)
     tag = f".tmp{os.getpid()}"
-    tmp = out / f"metrics.csv{tag}"
+    tmp = out / f"{METRICS_FILE}{tag}"
     with open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
         w.writeheader()
         w.writerows(result.metrics)
-    os.replace(tmp, out / "metrics.csv")
-    tmp = out / f"confusion.csv{tag}"
+    os.replace(tmp, out / METRICS_FILE)
+    tmp = out / f"{CONFUSION_FILE}{tag}"
     with open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["true\\predicted", *arrays.classes])
         for name, row in zip(arrays.classes, result.confusion):
             w.writerow([name, *row.tolist()])
-    os.replace(tmp, out / "confusion.csv")
-    tmp = out / f"weights{tag}.npz"
+    os.replace(tmp, out / CONFUSION_FILE)
+    tmp = out / f"{Path(WEIGHTS_FILE).stem}{tag}.npz"
     np.savez(tmp, params=result.params, sizes=np.array(result.net.sizes))
-    os.replace(tmp, out / "weights.npz")
-    dataset.write_json(out / "run.json", {"options": asdict(opts), **meta})
+    os.replace(tmp, out / WEIGHTS_FILE)
+    dataset.write_json(out / RECORD_FILE, {"options": asdict(opts), **meta})
 
 
 def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays, launcher: str | None = None) -> dict:

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from mpinet.checkpoint import record_path
+from mpinet.layout import RECORD_FILE
+
 RUNNING_WITHIN_S = 120  # a job whose log grew this recently counts as running
 
 
@@ -30,9 +33,9 @@ class Experiment:
 def state(e: Experiment, now: float | None = None) -> tuple[str, str]:
     """(state, detail): done, running, failed (with the error line) or missing."""
     now = time.time() if now is None else now
-    if (e.run_dir / "run.json").exists():
+    if (e.run_dir / RECORD_FILE).exists():
         return "done", ""
-    if e.checkpoint.with_name(f"{e.checkpoint.name}.run.json").exists():
+    if record_path(e.checkpoint).exists():
         # a pooled run that finished; a failed neighbour's retry removed its outputs (mpinet.checkpoint)
         return "missing", "finished; its outputs come back from its final checkpoint on the next run"
     if e.log.exists():

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from mpinet.layout import SYNTHETIC_MARKER
+
 INTEL_CLASSES = ("buildings", "forest", "glacier", "mountain", "sea", "street")
 
 
@@ -61,7 +63,7 @@ def make_archive(
     tmp = path.with_name(path.name + ".part")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
         z.writestr(
-            "SYNTHETIC.txt",
+            SYNTHETIC_MARKER,
             "Synthetic images drawn by mpinet.synthetic in the layout of Kaggle's "
             "puneet6060/intel-image-classification archive. Not real photographs.\n",
         )

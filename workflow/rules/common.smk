@@ -29,6 +29,17 @@ if mpinet.__version__ != WORKFLOW_VERSION:
     )
 
 from mpinet import MpinetError, dataset, launcher, numerics, walltime
+from mpinet.layout import (
+    CHECKPOINTS,
+    CONFUSION_FILE,
+    METRICS_FILE,
+    RECORD_FILE,
+    RUN_FILES,
+    RUNS_ROOT,
+    TRAIN_LOGS,
+    RunPaths,
+    output_key,
+)
 from mpinet.checkpoint import remove_finished
 from mpinet.cluster import TrainingJob, check_fits, mem_per_cpu_mb, partitions
 from mpinet.fetch import local_files, resolve_source, source_error
@@ -80,15 +91,10 @@ STUDY = study_name(config, workflow.config_settings.configfiles)
 workflow_start = time.time()
 STUDY_DIR = f"results/{STUDY}"
 
-# Where an experiment's files live: <root>/<dataset>/<grid path>.
-RUNS_ROOT = "results/runs"
-TRAIN_LOGS = "logs/train"
-CHECKPOINTS = "results/checkpoints"
-
+# Where an experiment's files live: <root>/<dataset>/<grid path> under the roots of mpinet.layout.
 # One directory level per grid column under results/runs/<dataset>/ (dataset is its own level).
 PARAMSPACE = Paramspace(EXPERIMENTS[list(COLUMNS)])
 RUN = f"{{dataset}}/{PARAMSPACE.wildcard_pattern}"
-RUN_FILES = ["metrics.csv", "confusion.csv", "weights.npz", "run.json"]
 DATASET_FILES = list(dataset.FILES)
 FIGURES = [
     "curves",
@@ -155,20 +161,13 @@ def in_slurm_job():
 
 def run_dirs():
     """results/runs/<dataset>/<grid path> of every experiment, in table order."""
-    return [f"{RUNS_ROOT}/{g}" for g in GRID_PATHS]
+    return [str(RunPaths(g).dir) for g in GRID_PATHS]
 
 
 def study_experiments():
     """This study's experiments with their run directory, log and checkpoint, for the status view."""
-    return [
-        Experiment(
-            g,
-            Path(f"{RUNS_ROOT}/{g}"),
-            Path(f"{TRAIN_LOGS}/{g}.log"),
-            Path(f"{CHECKPOINTS}/{g}/checkpoint.npz"),
-        )
-        for g in GRID_PATHS
-    ]
+    paths = (RunPaths(g) for g in GRID_PATHS)
+    return [Experiment(p.name, p.dir, p.log, p.checkpoint) for p in paths]
 
 
 def get_final_targets():
@@ -357,7 +356,7 @@ def get_run_dir(wildcards, output):
 
 def get_checkpoint(wildcards):
     """Kept outside the job's outputs, so Snakemake does not delete it when the job fails."""
-    return f"{CHECKPOINTS}/{grid_path(wildcards)}/checkpoint.npz"
+    return str(RunPaths(grid_path(wildcards)).checkpoint)
 
 
 def get_run_count(wildcards):
@@ -371,12 +370,12 @@ def get_runs(wildcards):
 
 
 def get_run_files(wildcards):
-    return [f"{d}/{f}" for d in run_dirs() for f in ("metrics.csv", "run.json")]
+    return [f"{d}/{f}" for d in run_dirs() for f in (METRICS_FILE, RECORD_FILE)]
 
 
 def get_dataset_run_files(wildcards):
     return [
-        f"{d}/confusion.csv"
+        f"{d}/{CONFUSION_FILE}"
         for d, ds in zip(run_dirs(), EXPERIMENTS["dataset"])
         if ds == wildcards.dataset
     ]
@@ -388,7 +387,7 @@ def check_slurm_fit():
         return
     jobs = [
         TrainingJob(
-            f"{RUNS_ROOT}/{grid_path(job.wildcards)}",
+            str(RunPaths(grid_path(job.wildcards)).dir),
             int(job.wildcards.ranks),
             int(job.wildcards.blas_threads),
             nodes=job.resources.get("nodes"),
@@ -422,7 +421,9 @@ def print_summary():
 
 def remove_kept_checkpoints():
     """After a successful run, the final checkpoints pooled runs kept are no longer needed."""
-    removed = remove_finished([(e.run_dir / "run.json", e.checkpoint) for e in study_experiments()])
+    removed = remove_finished(
+        [(e.run_dir / RECORD_FILE, e.checkpoint) for e in study_experiments()]
+    )
     if removed:
         print(f"removed the final checkpoints of {removed} pooled runs", flush=True)
 

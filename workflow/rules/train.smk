@@ -10,7 +10,7 @@ rule train_single:
     input:
         data=multiext("resources/data/{dataset}/", *DATASET_FILES),
     output:
-        **{f.split(".")[0]: f"{RUNS_ROOT}/{RUN}/{f}" for f in RUN_FILES},
+        **{output_key(f): f"{RUNS_ROOT}/{RUN}/{f}" for f in RUN_FILES},
     log:
         f"{TRAIN_LOGS}/{RUN}.log",
     benchmark:
@@ -50,7 +50,7 @@ rule train_mpi:
     input:
         data=multiext("resources/data/{dataset}/", *DATASET_FILES),
     output:
-        **{f.split(".")[0]: f"{RUNS_ROOT}/{RUN}/{f}" for f in RUN_FILES},
+        **{output_key(f): f"{RUNS_ROOT}/{RUN}/{f}" for f in RUN_FILES},
     log:
         f"{TRAIN_LOGS}/{RUN}.log",
     benchmark:

@@ -1,0 +1,47 @@
+"""Where a run's files live, named once for the workflow's rules and the package alike: the roots
+of run directories, training logs and checkpoints (relative to the working directory), the files a
+finished run holds, and one run's paths from its name."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+RUNS_ROOT = "results/runs"
+TRAIN_LOGS = "logs/train"
+CHECKPOINTS = "results/checkpoints"
+# a finished run's files; the record comes last, so its presence means the others are complete
+METRICS_FILE = "metrics.csv"
+CONFUSION_FILE = "confusion.csv"
+WEIGHTS_FILE = "weights.npz"
+RECORD_FILE = "run.json"
+RUN_FILES = (METRICS_FILE, CONFUSION_FILE, WEIGHTS_FILE, RECORD_FILE)
+CHECKPOINT_FILE = "checkpoint.npz"
+# travels with generated image data, so every table and figure made from it says so
+SYNTHETIC_MARKER = "SYNTHETIC.txt"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """One run's directory, log and checkpoint, from its name <dataset>/<grid path>."""
+
+    name: str
+
+    @property
+    def dir(self) -> Path:
+        return Path(RUNS_ROOT, self.name)
+
+    @property
+    def log(self) -> Path:
+        return Path(TRAIN_LOGS, f"{self.name}.log")
+
+    @property
+    def checkpoint(self) -> Path:
+        return Path(CHECKPOINTS, self.name, CHECKPOINT_FILE)
+
+    @property
+    def record(self) -> Path:
+        return self.dir / RECORD_FILE
+
+
+def output_key(filename: str) -> str:
+    """A run file's name as a rule's output key: metrics.csv -> metrics."""
+    return filename.split(".")[0]
