@@ -126,7 +126,7 @@ def test_a_cut_or_empty_run_is_an_error_naming_it_never_a_row(tmp_path, damage, 
 
 
 def test_the_report_front_page_opens_with_the_best_isolated_speedups(epochs, tmp_path):
-    from mpinet.status import headline_rst
+    from mpinet.summary import headline_rst
 
     runs = summarize_runs(epochs, 0.9)
     runs.to_csv(tmp_path / "runs.csv", index=False)

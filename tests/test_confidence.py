@@ -98,7 +98,7 @@ def test_runs_csv_and_seeds_csv_carry_intervals_and_say_when_they_cover_one_laun
     assert {"speedup_ci_low", "speedup_ci_high", "ci_launches"} <= set(seeds.columns)
     assert seeds.set_index("ranks").loc[2, "ci_launches"] == 3
 
-    from mpinet.status import summary_table
+    from mpinet.summary import summary_table
 
     runs.to_csv(tmp_path / "runs.csv", index=False)
     text = summary_table(tmp_path / "runs.csv")

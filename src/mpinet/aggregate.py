@@ -10,6 +10,8 @@ from mpinet import MpinetError
 from mpinet.experiments import COLUMNS, LAUNCH
 from mpinet.layout import METRICS_FILE, RECORD_FILE
 from mpinet.options import COMPUTE_OPTIONS
+from mpinet.references import evaluate
+from mpinet.summary import headline_rst
 from mpinet.train import METRIC_COLUMNS
 
 PARAMS = ["dataset", *COLUMNS]
@@ -247,13 +249,9 @@ def write_tables(
     summarize_seeds(per_run, epochs).to_csv(seeds_csv, index=False)
     checked = None
     if references_csv is not None:
-        from mpinet.references import evaluate
-
         checked = evaluate(references or [], per_run)
         checked.to_csv(references_csv, index=False)
     if front_page is not None:  # (description text, study, output): the report's front page with the headline
-        from mpinet.status import headline_rst
-
         description, study, out = front_page
         Path(out).write_text(headline_rst(runs_csv, description, study, checked))
 

@@ -133,7 +133,7 @@ def main(argv=None) -> int:
                 log(f"wrote {args.out}")
         return 0
     except MpinetError as e:
-        print(f"mpinet.train: error: {e}", file=sys.stderr, flush=True)
+        say(f"mpinet.train: error: {e}")
         _abort(comm)
         return 1
     except Exception:
@@ -150,6 +150,14 @@ def _abort(comm) -> None:
     if comm.size > 1:
         time.sleep(0.5)
     comm.abort(1)
+
+
+def say(line: str) -> None:
+    """One line on stderr in one write: print() writes the text and its newline apart, and the ranks
+    share the launcher's pipe, so another rank's line could land in between (seen: an error line
+    glued to the end of rank 0's progress line)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def _now() -> str:
@@ -170,7 +178,7 @@ def _boolean(text: str) -> bool:
 def _logger(comm: Comm):
     def log(msg: str) -> None:
         if comm.rank == 0:
-            print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+            say(f"[{time.strftime('%H:%M:%S')}] {msg}")
 
     return log
 
@@ -182,7 +190,7 @@ def _interrupted(comm: Comm, checkpoint):
     def handler(signum, frame):
         if comm.rank == 0:
             kept = f"; checkpoint {checkpoint} is kept for the rerun" if checkpoint else ""
-            print(f"mpinet.train: stopped by {signal.Signals(signum).name}{kept}", file=sys.stderr, flush=True)
+            say(f"mpinet.train: stopped by {signal.Signals(signum).name}{kept}")
         os._exit(128 + signum)
 
     return handler

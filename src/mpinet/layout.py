@@ -15,8 +15,6 @@ WEIGHTS_FILE = "weights.npz"
 RECORD_FILE = "run.json"
 RUN_FILES = (METRICS_FILE, CONFUSION_FILE, WEIGHTS_FILE, RECORD_FILE)
 CHECKPOINT_FILE = "checkpoint.npz"
-# travels with generated image data, so every table and figure made from it says so
-SYNTHETIC_MARKER = "SYNTHETIC.txt"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from mpinet.layout import SYNTHETIC_MARKER
+from mpinet.images import SYNTHETIC_MARKER
 
 INTEL_CLASSES = ("buildings", "forest", "glacier", "mountain", "sea", "street")
 

@@ -8,7 +8,7 @@ rule aggregate:
             "costmodel.py",
             "confidence.py",
             "references.py",
-            "status.py",
+            "summary.py",
         ),
     output:
         epochs=report(

@@ -57,7 +57,8 @@ from mpinet.references import (
     check_entries as check_references,
     check_selects,
 )
-from mpinet.status import Experiment, failures, study_name, summary_table
+from mpinet.status import Experiment, failures, study_name
+from mpinet.summary import summary_table
 from mpinet.leftovers import RECORD as LEFTOVERS_RECORD, write_record
 
 # One line naming the key for a bad config; Snakemake's own validate then fills in the defaults.
@@ -379,56 +380,3 @@ def get_dataset_run_files(wildcards):
         for d, ds in zip(run_dirs(), EXPERIMENTS["dataset"])
         if ds == wildcards.dataset
     ]
-
-
-def check_slurm_fit():
-    """On SLURM, a training job no node set of its partition can hold is an error before submission."""
-    if not on_slurm():
-        return
-    jobs = [
-        TrainingJob(
-            str(RunPaths(grid_path(job.wildcards)).dir),
-            int(job.wildcards.ranks),
-            int(job.wildcards.blas_threads),
-            nodes=job.resources.get("nodes"),
-            partition=job.resources.get("slurm_partition"),
-        )
-        for job in workflow.dag.needrun_jobs()
-        if job.rule.name in ("train_single", "train_mpi")
-    ]
-    try:
-        check_fits(jobs, *partitions())
-    except MpinetError as e:
-        raise WorkflowError(f"SLURM: {e}") from None
-
-
-onstart:
-    check_slurm_fit()
-
-
-def print_summary():
-    """At the end of a run: the study's headline numbers, per design and rank count."""
-    runs = Path(rules.aggregate.output.runs)
-    if runs.exists() and runs.stat().st_mtime >= workflow_start:  # only when this run rewrote it
-        print(f"\nStudy {STUDY} ({STUDY_DIR}/):\n{summary_table(runs)}\n", flush=True)
-        checked = pd.read_csv(rules.aggregate.output.references)
-        if len(checked):
-            lines = breach_lines(checked) or [
-                f"references: all {len(checked)} within their band or undecided"
-            ]
-            print("\n".join(lines) + "\n", flush=True)
-
-
-def remove_kept_checkpoints():
-    """After a successful run, the final checkpoints pooled runs kept are no longer needed."""
-    removed = remove_finished(
-        [(e.run_dir / RECORD_FILE, e.checkpoint) for e in study_experiments()]
-    )
-    if removed:
-        print(f"removed the final checkpoints of {removed} pooled runs", flush=True)
-
-
-def print_failures():
-    """When a run fails: every failed experiment by name with its one-line error."""
-    if text := failures(study_experiments()):
-        print(f"\n{text}\n", flush=True)

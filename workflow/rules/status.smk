@@ -8,7 +8,7 @@ rule status:
     conda:
         "../envs/mpinet.yaml"
     params:
-        experiments=study_experiments(),
+        experiments=lambda wildcards: study_experiments(),
     message:
         f"Status of study {STUDY}"
     script:
@@ -23,7 +23,7 @@ rule record_study:
     localrule: True
     params:
         # the study's run list: when it changes, the record is rewritten
-        run_dirs=run_dirs(),
+        run_dirs=lambda wildcards: run_dirs(),
     message:
         f"Recording the run directories of study {STUDY} (what make leftovers keeps)"
     run:
@@ -37,7 +37,7 @@ rule leftovers:
     conda:
         "../envs/mpinet.yaml"
     params:
-        study_runs=run_dirs(),
+        study_runs=lambda wildcards: run_dirs(),
         results_root="results",
         config_dir="config",
         schema=SCHEMA,
@@ -48,12 +48,3 @@ rule leftovers:
         "Run directories no study uses: none recorded in results/*/runs.txt or listed in config/"
     script:
         "../scripts/leftovers.py"
-
-
-onsuccess:
-    remove_kept_checkpoints()
-    print_summary()
-
-
-onerror:
-    print_failures()

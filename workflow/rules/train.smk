@@ -6,15 +6,39 @@
 # the console and not only the log.
 
 
+# What the two training rules share, defined once. Their shell commands stay apart and as released:
+# Snakemake's `code` rerun trigger compares a rule's shell template, so editing it (or deriving one
+# rule from the other with `use rule`, which cannot change `shell`) would retrain every run.
+TRAIN_INPUT = {"data": multiext("resources/data/{dataset}/", *DATASET_FILES)}
+TRAIN_OUTPUT = {output_key(f): f"{RUNS_ROOT}/{RUN}/{f}" for f in RUN_FILES}
+TRAIN_LOG = f"{TRAIN_LOGS}/{RUN}.log"
+TRAIN_BENCHMARK = f"results/benchmarks/train/{RUN}.tsv"
+TRAIN_RESOURCES = {
+    "mem_mb_per_cpu": get_mem_per_cpu,
+    "runtime": get_runtime,
+    "cpus_per_task": get_blas_threads,
+    "train_slots": get_train_slots,
+    "isolation": get_isolation,
+}
+TRAIN_PARAMS = {
+    "data": get_data_dir,
+    "out": get_run_dir,
+    "options": get_run_options,
+    "checkpoint": get_checkpoint,
+    # a changed computation retrains; a comment, help text or run.json field does not
+    "numerics": NUMERICS,
+}
+
+
 rule train_single:
     input:
-        data=multiext("resources/data/{dataset}/", *DATASET_FILES),
+        **TRAIN_INPUT,
     output:
-        **{output_key(f): f"{RUNS_ROOT}/{RUN}/{f}" for f in RUN_FILES},
+        **TRAIN_OUTPUT,
     log:
-        f"{TRAIN_LOGS}/{RUN}.log",
+        TRAIN_LOG,
     benchmark:
-        f"results/benchmarks/train/{RUN}.tsv"
+        TRAIN_BENCHMARK
     wildcard_constraints:
         ranks="1",
         algorithm="serial|allreduce",
@@ -25,18 +49,9 @@ rule train_single:
         "../envs/mpinet.yaml"
     threads: get_cores
     resources:
-        mem_mb_per_cpu=get_mem_per_cpu,
-        runtime=get_runtime,
-        cpus_per_task=get_blas_threads,
-        train_slots=get_train_slots,
-        isolation=get_isolation,
+        **TRAIN_RESOURCES,
     params:
-        data=get_data_dir,
-        out=get_run_dir,
-        options=get_run_options,
-        checkpoint=get_checkpoint,
-        # a changed computation retrains; a comment, help text or run.json field does not
-        numerics=NUMERICS,
+        **TRAIN_PARAMS,
     message:
         "Training {wildcards.dataset}: {wildcards.algorithm} on 1 rank, seed {wildcards.seed}, launch {wildcards.repeat}"
     shell:
@@ -48,13 +63,13 @@ rule train_single:
 
 rule train_mpi:
     input:
-        data=multiext("resources/data/{dataset}/", *DATASET_FILES),
+        **TRAIN_INPUT,
     output:
-        **{output_key(f): f"{RUNS_ROOT}/{RUN}/{f}" for f in RUN_FILES},
+        **TRAIN_OUTPUT,
     log:
-        f"{TRAIN_LOGS}/{RUN}.log",
+        TRAIN_LOG,
     benchmark:
-        f"results/benchmarks/train/{RUN}.tsv"
+        TRAIN_BENCHMARK
     wildcard_constraints:
         ranks=r"[2-9]|[1-9]\d+",
         algorithm="allreduce|paramserver",
@@ -65,21 +80,12 @@ rule train_mpi:
         "../envs/mpinet.yaml"
     threads: get_cores
     resources:
+        **TRAIN_RESOURCES,
         mpi=get_mpi_launcher,
         tasks=get_ranks,
         nodes=get_nodes,
-        mem_mb_per_cpu=get_mem_per_cpu,
-        runtime=get_runtime,
-        cpus_per_task=get_blas_threads,
-        train_slots=get_train_slots,
-        isolation=get_isolation,
     params:
-        data=get_data_dir,
-        out=get_run_dir,
-        options=get_run_options,
-        checkpoint=get_checkpoint,
-        # a changed computation retrains; a comment, help text or run.json field does not
-        numerics=NUMERICS,
+        **TRAIN_PARAMS,
     message:
         "Training {wildcards.dataset}: {wildcards.algorithm} on {wildcards.ranks} ranks, seed {wildcards.seed}, launch {wildcards.repeat}"
     shell:
