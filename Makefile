@@ -97,7 +97,7 @@ test: lint
 	pytest -m "not slurm"
 	$(MAKE) --no-print-directory test-mpi MPI=openmpi
 	@# the one-node tests in partition debug beside the multi-node ones in partition nodes, then the restart
-	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadfile
+	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadgroup
 	pytest -m restarts_cluster
 
 # The tests that depend on which MPI runs, in that MPI's own environment.

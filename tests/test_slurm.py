@@ -21,7 +21,9 @@ import yaml
 from conftest import REPO, env
 from test_workflow import SNAKEMAKE, copy_env, copy_repo, planned, write_config
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
+# make test runs two xdist workers (--dist loadgroup): this module's tests in partition debug on one, the
+# ones marked xdist_group("nodes") (tests/test_slurm_nodes.py and two long ones here) in partition nodes
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900), pytest.mark.xdist_group("debug")]
 
 CONFIG = {
     "datasets": {"iris": {"source": "bundled:iris", "format": "csv"}},
@@ -65,6 +67,19 @@ def wait_for_cluster():
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
     wait_for_cluster()
+
+
+def copy_for_nodes(dest: Path) -> Path:
+    """A copy of the repository whose profile sends every job to the partition `nodes` (as a site's
+    user sets `slurm_partition` in the profile), where the cluster has one; else a plain copy."""
+    wd = copy_repo(dest)
+    sinfo = subprocess.run(["sinfo", "-h", "-p", "nodes", "-o", "%P"], capture_output=True, text=True)
+    if sinfo.stdout.strip():
+        profile = wd / "profiles/slurm/config.yaml"
+        cfg = yaml.safe_load(profile.read_text())
+        cfg["default-resources"]["slurm_partition"] = "nodes"
+        profile.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return wd
 
 
 def slurm_cmd(*args, timeout=420, polling=FAST_POLLING):
@@ -283,11 +298,12 @@ POOLED = {**LONG, "epochs": 9000, "seed": [1, 2, 3]}  # about 16 s each: the thi
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.xdist_group("nodes")
 def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_the_third(tmp_path):
     """scancel in the middle of a pool's third member: Snakemake removes every member's outputs and
     retries the pool; the two finished members restore theirs from their final checkpoints (same
     record, nothing trained), the third resumes from its checkpoint to the uninterrupted weights."""
-    wd = copy_repo(tmp_path / "slurm")
+    wd = copy_for_nodes(tmp_path / "slurm")
     write_config(wd, {"datasets": CONFIG["datasets"], "experiments": [POOLED]})
     since = _since()
     proc = subprocess.Popen(
@@ -355,8 +371,9 @@ def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_t
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.xdist_group("nodes")
 def test_a_job_past_its_time_limit_is_retried_and_resumed(tmp_path):
-    wd = copy_repo(tmp_path)
+    wd = copy_for_nodes(tmp_path)
     # about 85 s of training: the first attempt's minute (start-up included) ends in the middle
     write_config(wd, {"datasets": CONFIG["datasets"], "experiments": [{**LONG, "epochs": 50000}]})
     # one minute for the first attempt, ten for the retry; the pool's microbenchmark adds none
@@ -378,7 +395,13 @@ def test_make_slurm_run_takes_the_default_config_to_the_report(tmp_path):
     (wd / ".venv").symlink_to(Path(sys.executable).parents[1])
     since = _since()
     proc = subprocess.Popen(
-        ["make", "slurm-run"], cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env()
+        # -o: the environment is the one running these tests, set up already
+        ["make", "-o", ".venv/.installed", "slurm-run"],
+        cwd=wd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env(),
     )
     lines, done_at, report_at = [], None, None
     for line in proc.stdout:

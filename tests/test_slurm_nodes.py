@@ -20,12 +20,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 from conftest import REPO, env
-from test_slurm import FAST_POLLING, _interrupt_after_first_checkpoint, _since, on_slurm, sacct_jobs, wait_for_cluster
+from test_slurm import (
+    FAST_POLLING,
+    _interrupt_after_first_checkpoint,
+    _since,
+    copy_for_nodes,
+    on_slurm,
+    sacct_jobs,
+    wait_for_cluster,
+)
 from test_workflow import SNAKEMAKE, copy_env, copy_repo, planned, snakemake, write_config
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900), pytest.mark.xdist_group("nodes")]
 
 SCRIPT = REPO / "tests/slurm/local-cluster.sh"
 NODE_TMP = "/var/tmp/mpinet-node-tmp"  # the nodes' own TmpFS (a mount point in each node's namespace)
@@ -69,17 +76,6 @@ def nodes():
     cluster_script("start", "--nodes", str(NODES))
     yield
     cluster_script("start", "--nodes", str(before or 1))
-
-
-def copy_for_nodes(dest: Path) -> Path:
-    """A copy of the repository whose profile sends every job to the partition `nodes`, as a site's
-    user sets `slurm_partition` in the profile."""
-    wd = copy_repo(dest)
-    profile = wd / "profiles/slurm/config.yaml"
-    cfg = yaml.safe_load(profile.read_text())
-    cfg["default-resources"]["slurm_partition"] = "nodes"
-    profile.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return wd
 
 
 @pytest.fixture(scope="module")
