@@ -79,46 +79,7 @@ def read_run(d: Path, epochs: int) -> tuple[pd.DataFrame, dict]:
 
 def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame:
     """One row per run: accuracy, timings, communication share, throughput, speedup and efficiency."""
-    rows = []
-    for run_dir, g in epochs.groupby("run_dir", sort=False):
-        g = g.sort_values("epoch")
-        timed = g[g["epoch"] > 1] if len(g) > 1 else g  # epoch 1 warms caches and allocators up: left out
-        total = g["time_s"].sum()
-        busy = g["compute_s"].sum() + g["comm_s"].sum()
-        reached = g.loc[g["test_accuracy"] >= target_accuracy, "epoch"]
-        first = g.iloc[0]
-        rows.append(
-            {
-                **{k: first[k] for k in PARAMS},
-                "run_dir": run_dir,
-                "train_samples": first["train_samples"],
-                "features": first.get("features", 0),
-                "classes": first.get("classes", 0),
-                "epochs_run": len(g),
-                "final_test_accuracy": g["test_accuracy"].iloc[-1],
-                "best_test_accuracy": g["test_accuracy"].max(),
-                "final_train_loss": g["train_loss"].iloc[-1],
-                "median_epoch_s": timed["time_s"].median(),
-                "iqr_epoch_s": timed["time_s"].quantile(0.75) - timed["time_s"].quantile(0.25),
-                "median_compute_s": timed["compute_s"].median(),
-                "median_comm_s": timed["comm_s"].median(),
-                # comm_s split: waiting for the slowest rank, and moving the bytes (NaN in runs before 0.3)
-                "median_wait_s": timed["wait_s"].median() if "wait_s" in timed else np.nan,
-                "median_wait_max_s": timed["wait_max_s"].median() if "wait_max_s" in timed else np.nan,
-                "median_transfer_s": timed["transfer_s"].median() if "transfer_s" in timed else np.nan,
-                "nodes": first.get("nodes", 1),
-                "isolated": first.get("isolation", "unknown") in ISOLATED,
-                # more ranks x threads than the hosts had cores: no speedup can be expected
-                "oversubscribed": 0 < first.get("cores", 0) < first["ranks"] * first.get("blas_threads", 1),
-                "total_train_s": total,
-                "comm_share": g["comm_s"].sum() / busy if busy > 0 else 0.0,
-                "bytes_sent": int(g["bytes_sent"].sum()),
-                "samples_per_s": first["train_samples"] * len(g) / total if total > 0 else np.nan,
-                "time_to_target_s": g["time_s"].cumsum()[g["epoch"] <= reached.iloc[0]].iloc[-1]
-                if len(reached)
-                else np.nan,
-            }
-        )
+    rows = [run_row(run_dir, g, target_accuracy) for run_dir, g in epochs.groupby("run_dir", sort=False)]
     runs = pd.DataFrame(rows)
     weak = runs["samples_per_rank"] > 0
     runs["_baseline"] = baseline_key(runs)
@@ -143,6 +104,44 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
     # 95 % intervals per experiment, over its launches and their epochs
     runs = add_intervals(runs, timed_epochs(epochs), [c for c in PARAMS if c != "repeat"])
     return runs.drop(columns="_baseline")
+
+
+def run_row(run_dir: str, g: pd.DataFrame, target_accuracy: float) -> dict:
+    """One run's row of runs.csv from its epochs (before the columns that compare it with others)."""
+    g = g.sort_values("epoch")
+    timed = g[g["epoch"] > 1] if len(g) > 1 else g  # epoch 1 warms caches and allocators up: left out
+    total = g["time_s"].sum()
+    busy = g["compute_s"].sum() + g["comm_s"].sum()
+    reached = g.loc[g["test_accuracy"] >= target_accuracy, "epoch"]
+    first = g.iloc[0]
+    return {
+        **{k: first[k] for k in PARAMS},
+        "run_dir": run_dir,
+        "train_samples": first["train_samples"],
+        "features": first.get("features", 0),
+        "classes": first.get("classes", 0),
+        "epochs_run": len(g),
+        "final_test_accuracy": g["test_accuracy"].iloc[-1],
+        "best_test_accuracy": g["test_accuracy"].max(),
+        "final_train_loss": g["train_loss"].iloc[-1],
+        "median_epoch_s": timed["time_s"].median(),
+        "iqr_epoch_s": timed["time_s"].quantile(0.75) - timed["time_s"].quantile(0.25),
+        "median_compute_s": timed["compute_s"].median(),
+        "median_comm_s": timed["comm_s"].median(),
+        # comm_s split: waiting for the slowest rank, and moving the bytes (NaN in runs before 0.3)
+        "median_wait_s": timed["wait_s"].median() if "wait_s" in timed else np.nan,
+        "median_wait_max_s": timed["wait_max_s"].median() if "wait_max_s" in timed else np.nan,
+        "median_transfer_s": timed["transfer_s"].median() if "transfer_s" in timed else np.nan,
+        "nodes": first.get("nodes", 1),
+        "isolated": first.get("isolation", "unknown") in ISOLATED,
+        # more ranks x threads than the hosts had cores: no speedup can be expected
+        "oversubscribed": 0 < first.get("cores", 0) < first["ranks"] * first.get("blas_threads", 1),
+        "total_train_s": total,
+        "comm_share": g["comm_s"].sum() / busy if busy > 0 else 0.0,
+        "bytes_sent": int(g["bytes_sent"].sum()),
+        "samples_per_s": first["train_samples"] * len(g) / total if total > 0 else np.nan,
+        "time_to_target_s": g["time_s"].cumsum()[g["epoch"] <= reached.iloc[0]].iloc[-1] if len(reached) else np.nan,
+    }
 
 
 def baseline_key(runs: pd.DataFrame) -> pd.Series:

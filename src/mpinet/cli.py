@@ -96,41 +96,7 @@ def main(argv=None) -> int:
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(limits=max(1, opts.blas_threads), user_api="blas"):
-            arrays = dataset.load(args.data, check_values=comm.rank == 0)
-            log(
-                f"{opts.algorithm} on {comm.size} rank(s): {len(arrays.train_y)} training samples, "
-                f"{len(arrays.test_y)} test samples, {arrays.train_x.shape[1]} features"
-            )
-            t0 = time.perf_counter()
-            started, load_start = _now(), os.getloadavg()[0]
-            ck = Path(args.checkpoint) if args.checkpoint else None
-            result = train(arrays, opts, comm, ck, log, args.checkpoint_seconds)
-            meta = run_metadata(comm, opts, args.data, arrays, args.launcher)
-            meta["train_seconds"] = time.perf_counter() - t0
-            # whether anything else could have run beside this job, and how busy the machine was
-            meta["timing"] = {
-                "isolation": args.isolation,
-                "start": started,
-                "end": _now(),
-                "load1_start": load_start,
-                "load1_end": os.getloadavg()[0],
-            }
-            meta["resumed_from_epoch"] = result.resumed_from_epoch
-            meta["peak_rss_mb"] = comm.max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # max over ranks
-            if comm.rank == 0:
-                if ck is not None and result.resumed_from_epoch == opts.epochs and (kept := run_record(ck)):
-                    # a finished run's outputs rebuilt from its final checkpoint: its own record
-                    meta = dict(kept, restored_from_checkpoint=_now())
-                    log("restored the finished run from its final checkpoint; nothing was trained")
-                keep = args.keep_final_checkpoint == "yes" or (
-                    args.keep_final_checkpoint == "auto" and "SLURM_JOB_ID" in os.environ
-                )
-                if ck is not None and keep:
-                    keep_run_record(ck, meta)  # first: killed before the outputs, the retry still restores
-                write_outputs(Path(args.out), result, opts, arrays, meta)
-                if ck is not None and not keep:
-                    remove_checkpoint(ck)
-                log(f"wrote {args.out}")
+            _train_and_record(args, opts, comm, log)
         return 0
     except MpinetError as e:
         say(f"mpinet.train: error: {e}")
@@ -141,6 +107,46 @@ def main(argv=None) -> int:
         sys.stderr.flush()
         _abort(comm)
         return 1
+
+
+def _train_and_record(args: argparse.Namespace, opts: Options, comm: Comm, log) -> None:
+    """Load the data, train, and (rank 0) write the outputs with the run's record."""
+    arrays = dataset.load(args.data, check_values=comm.rank == 0)
+    log(
+        f"{opts.algorithm} on {comm.size} rank(s): {len(arrays.train_y)} training samples, "
+        f"{len(arrays.test_y)} test samples, {arrays.train_x.shape[1]} features"
+    )
+    t0 = time.perf_counter()
+    started, load_start = _now(), os.getloadavg()[0]
+    ck = Path(args.checkpoint) if args.checkpoint else None
+    result = train(arrays, opts, comm, ck, log, args.checkpoint_seconds)
+    meta = run_metadata(comm, opts, args.data, arrays, args.launcher)
+    meta["train_seconds"] = time.perf_counter() - t0
+    # whether anything else could have run beside this job, and how busy the machine was
+    meta["timing"] = {
+        "isolation": args.isolation,
+        "start": started,
+        "end": _now(),
+        "load1_start": load_start,
+        "load1_end": os.getloadavg()[0],
+    }
+    meta["resumed_from_epoch"] = result.resumed_from_epoch
+    meta["peak_rss_mb"] = comm.max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # max over ranks
+    if comm.rank != 0:
+        return
+    if ck is not None and result.resumed_from_epoch == opts.epochs and (kept := run_record(ck)):
+        # a finished run's outputs rebuilt from its final checkpoint: its own record
+        meta = dict(kept, restored_from_checkpoint=_now())
+        log("restored the finished run from its final checkpoint; nothing was trained")
+    keep = args.keep_final_checkpoint == "yes" or (
+        args.keep_final_checkpoint == "auto" and "SLURM_JOB_ID" in os.environ
+    )
+    if ck is not None and keep:
+        keep_run_record(ck, meta)  # first: killed before the outputs, the retry still restores
+    write_outputs(Path(args.out), result, opts, arrays, meta)
+    if ck is not None and not keep:
+        remove_checkpoint(ck)
+    log(f"wrote {args.out}")
 
 
 def _abort(comm) -> None:
