@@ -131,7 +131,7 @@ def test_the_model_predicts_a_real_two_rank_run(tmp_path):
     import subprocess
 
     bench_csv = tmp_path / "bench.csv"
-    cmd = train_cmd(2)[:-2] + ["-m", "mpinet.costmodel", "bench", "--max-bytes", str(4 << 20), "--out", str(bench_csv)]
+    cmd = train_cmd(2)[:-2] + ["-m", "mpinet.commbench", "--max-bytes", str(4 << 20), "--out", str(bench_csv)]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     b = pd.read_csv(bench_csv)
     link = Link(float(b["alpha_s"].iloc[0]), float(b["beta_s_per_byte"].iloc[0]))

@@ -1,7 +1,8 @@
 """Communication for the three designs: the one module that moves training data between ranks.
 
-(mpi4py is also imported, for provenance only, by the CLI and run.json's writer, by the launcher's
-library probe, and by the cost model's ping-pong microbenchmark.)
+(Beside it, mpinet.commbench is the MPI microbenchmark behind the cost model; elsewhere mpi4py is
+imported for provenance only: the library version in run.json, and the launcher's probe in a
+subprocess.)
 
 `Comm` wraps MPI.COMM_WORLD (or nothing, for `serial`), uses only buffer-based
 (uppercase) calls on numpy arrays, and counts the seconds and payload bytes each rank

@@ -6,8 +6,8 @@ paid per sample at a given batch size). A rank with D training ranks beside it h
 samples.
 
 Communication: one message of m bytes costs α + β·m, with α and β fitted by least squares to a
-ping-pong between two ranks (`python -m mpinet.costmodel bench`, which the workflow runs once per
-dataset where the training runs). Collectives are built from messages the way MPICH 5 does them:
+ping-pong between two ranks (mpinet.commbench, which the workflow runs once per study where the
+training runs). Collectives are built from messages the way MPICH 5 does them:
 its default selection (src/mpi/coll/coll_selection.json) uses recursive doubling for Allreduce
 messages of at most 8 bytes or fewer elements than the largest power of two p' <= P ranks, and
 otherwise Rabenseifner's reduce-scatter + allgather: 2·log2(p')·α + 2·(p'−1)/p'·m·β; when P is not a
@@ -19,9 +19,7 @@ Beyond one node, `INTERCONNECTS` holds α and β of common networks (typical val
 `source`); predictions with them keep the compute measured here.
 """
 
-import argparse
 import math
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -230,66 +228,3 @@ def collectives(library: str) -> str:
     if family_of(library) in ("mpich", "unknown"):
         return "MPICH 5 selection"
     return f"MPICH 5 selection; not modelled: {library} (its tuned decision rules differ)"
-
-
-def bench(comm, max_bytes: int, repeats: int = 20) -> pd.DataFrame:
-    """Ping-pong between the first and the last rank (one-way seconds = half the round trip, median
-    of `repeats`) for message sizes from 8 bytes up to max_bytes, and MPI_Allreduce over all ranks.
-    The last rank, not rank 1: srun places ranks block-wise, so on several nodes the first and the
-    last are on different nodes and the ping-pong measures the link between nodes."""
-    from mpi4py import MPI
-
-    sizes = [8 << k for k in range(0, 40) if 8 << k <= max_bytes] + [max_bytes]
-    last = comm.size - 1
-    rows = []
-    for size in sorted(set(sizes)):
-        buf = np.zeros(size // 8, dtype=np.float64)
-        times = []
-        for _ in range(repeats + 2):
-            comm.Barrier()
-            t = MPI.Wtime()
-            if comm.rank == 0:
-                comm.Send(buf, dest=last)
-                comm.Recv(buf, source=last)
-            elif comm.rank == last:
-                comm.Recv(buf, source=0)
-                comm.Send(buf, dest=0)
-            times.append((MPI.Wtime() - t) / 2)
-        ping = float(np.median(times[2:]))
-        times = []
-        for _ in range(repeats + 2):
-            comm.Barrier()
-            t = MPI.Wtime()
-            comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-            times.append(MPI.Wtime() - t)
-        rows.append({"bytes": size, "one_way_s": ping, "allreduce_s": float(np.median(times[2:])), "ranks": comm.size})
-    return pd.DataFrame(rows)
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m mpinet.costmodel",
-        description="Measure α and β of this machine's MPI (run under mpiexec or srun with 2+ ranks).",
-    )
-    p.add_argument("command", choices=["bench"])
-    p.add_argument("--max-bytes", type=int, required=True, help="largest message, e.g. 4 x the parameter bytes")
-    p.add_argument("--out", required=True, help="CSV of message size, one-way and Allreduce seconds")
-    a = p.parse_args(argv)
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    if comm.size < 2:
-        print("mpinet.costmodel: error: bench needs at least 2 ranks", file=sys.stderr)
-        return 1
-    table = bench(comm, a.max_bytes)
-    if comm.rank == 0:
-        link = fit_link(table["bytes"], table["one_way_s"])
-        table["alpha_s"], table["beta_s_per_byte"] = link.alpha, link.beta
-        table["library"] = MPI.Get_library_version().strip().splitlines()[0]  # whose collectives were timed
-        table.to_csv(a.out, index=False)
-        print(f"α = {link.alpha * 1e6:.2f} µs, β = {link.beta * 1e9:.3f} ns/byte ({1 / link.beta / 1e9:.2f} GB/s)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -98,7 +98,7 @@ rule train_mpi:
 
 rule commbench:
     input:
-        code=code("costmodel.py"),
+        code=code("commbench.py", "costmodel.py"),
     output:
         f"{STUDY_DIR}/metrics/commbench.csv",
     log:
@@ -121,5 +121,5 @@ rule commbench:
     message:
         "Measuring the cost of MPI messages here (alpha, beta) on {resources.tasks} ranks"
     shell:
-        "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.costmodel bench "
+        "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.commbench "
         "--max-bytes {params.max_bytes} --out {output:q} > {log:q} 2>&1"
