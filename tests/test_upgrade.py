@@ -1,0 +1,69 @@
+"""Upgrading a study's working directory from the last release to this code, as `git pull` does it
+(only the files that changed get a new time stamp), retrains nothing: a study of hours must not
+start over because code moved. Snakemake reruns a job whose inputs are newer than its outputs
+(data preparation lists its modules and its script), whose shell command changed (the training
+rules) or whose parameters changed (the numerics fingerprint): none of these may move for
+training or data preparation unless the numbers change, and then the README says so.
+
+RELEASED is the last release's commit. A release that has to retrain (new numbers, a changed data
+preparation) moves it to itself and adds its upgrade note to the README.
+"""
+
+import io
+import subprocess
+import tarfile
+
+import pytest
+from conftest import REPO
+from test_workflow import TINY, copy_env, planned, snakemake, write_config
+
+pytestmark = pytest.mark.workflow
+
+RELEASED = "0aa8685f98599956a56128fa3bb12eb1e96815af"  # 0.3.0 as landed on 2026-12-01
+
+
+def _git(*args) -> bytes:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, check=True).stdout
+
+
+def _pull(wd, old: str) -> list[str]:
+    """Bring wd from commit `old` to the working tree's files as git does: rewrite the files whose
+    content changed, add new ones, delete removed ones; the others keep their time stamps."""
+    now = set(_git("ls-files", "-co", "--exclude-standard").decode().splitlines())
+    before = set(_git("ls-tree", "-r", "--name-only", old).decode().splitlines())
+    changed = []
+    for name in sorted(now):
+        src, dest = REPO / name, wd / name
+        if not src.is_file():
+            continue
+        if not dest.exists() or dest.read_bytes() != src.read_bytes():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(src.read_bytes())
+            changed.append(name)
+    for name in sorted(before - now):
+        (wd / name).unlink(missing_ok=True)
+        changed.append(name)
+    return changed
+
+
+def test_upgrading_from_the_last_release_retrains_and_re_prepares_nothing(tmp_path):
+    try:
+        archive = _git("archive", RELEASED)
+    except subprocess.CalledProcessError:
+        pytest.skip(f"release commit {RELEASED} not in this clone's history")
+    wd = tmp_path / "study"
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:  # time stamps: the release commit's
+        tar.extractall(wd, filter="data")
+    config = {**TINY, "experiments": TINY["experiments"][:1]}  # Iris, every design; images is prepared too
+    config["experiments"] = [*config["experiments"], {**TINY["experiments"][1], "ranks": 1, "algorithm": "serial"}]
+    write_config(wd, config)
+    assert copy_env(wd)["PYTHONPATH"] == str(wd / "src")  # the release's own package runs it
+    snakemake(wd)
+
+    changed = _pull(wd, RELEASED)
+    assert "src/mpinet/train.py" in changed  # the upgrade does change the trainer's code
+    plan = planned(wd)
+    rebuilt = {
+        r: n for r, n in plan.items() if r in ("fetch", "make_synthetic", "prepare", "train_single", "train_mpi")
+    }
+    assert not rebuilt, f"upgrading from {RELEASED} would redo {rebuilt} (all planned: {plan})"
