@@ -265,11 +265,11 @@ def _training_job(wd, since):
     return jobs[jobs["comment"].str.startswith("rule_train") & (jobs["submit"] >= since)]
 
 
-def _interrupt_after_first_checkpoint(wd, action, polling=()):
-    """Start the workflow on SLURM, wait for a checkpoint, then `action(job id)`; return the workflow's
-    output, its exit code and what the action returned."""
+def _act_when(wd, ready, action, args=(), polling=FAST_POLLING, wait=300):
+    """Start the workflow on SLURM, poll `ready()` until it holds, then `action(job id)` on the running
+    allocation; return the workflow's output, its exit code and what the action returned."""
     proc = subprocess.Popen(
-        slurm_cmd(timeout=600, polling=polling),
+        slurm_cmd(*args, timeout=600, polling=polling),
         cwd=wd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -277,11 +277,11 @@ def _interrupt_after_first_checkpoint(wd, action, polling=()):
         env=copy_env(wd),
     )
     try:
-        deadline = time.monotonic() + 300
-        while not list((wd / "results/checkpoints").rglob("checkpoint.npz")):
+        deadline = time.monotonic() + wait
+        while not ready():
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"no checkpoint appeared:\n{proc.communicate(timeout=60)[0][-3000:]}")
-            time.sleep(0.5)
+                raise AssertionError(f"{ready.__doc__} never happened:\n{proc.communicate(timeout=60)[0][-3000:]}")
+            time.sleep(0.2)
         acted = action(running_allocation(wd))
         out, _ = proc.communicate(timeout=660)
     finally:
@@ -289,6 +289,16 @@ def _interrupt_after_first_checkpoint(wd, action, polling=()):
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=120)
     return out, proc.returncode, acted
+
+
+def _interrupt_after_first_checkpoint(wd, action, polling=()):
+    """_act_when a checkpoint exists."""
+
+    def checkpointed():
+        """a checkpoint"""
+        return bool(list((wd / "results/checkpoints").rglob("checkpoint.npz")))
+
+    return _act_when(wd, checkpointed, action, polling=polling)
 
 
 LONG = {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "hidden": [8], "dtype": "float64", "seed": 3}
@@ -306,34 +316,20 @@ def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_t
     wd = copy_for_nodes(tmp_path / "slurm")
     write_config(wd, {"datasets": CONFIG["datasets"], "experiments": [POOLED]})
     since = _since()
-    proc = subprocess.Popen(
-        slurm_cmd("--latency-wait", "10", timeout=600),
-        cwd=wd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=copy_env(wd),
-    )
-    try:
-        deadline = time.monotonic() + 400
-        while True:  # two finished, the third past its first saved epoch
-            done = list((wd / "results/runs").rglob("run.json"))
-            checkpoints = (wd / "results/checkpoints").rglob("checkpoint.npz")
-            run_of = lambda c: wd / "results/runs" / c.parent.relative_to(wd / "results/checkpoints")  # noqa: E731
-            running = [c for c in checkpoints if not (run_of(c) / "run.json").exists()]
-            if len(done) == 2 and running:
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"no third member started:\n{proc.communicate(timeout=60)[0][-3000:]}")
-            time.sleep(0.2)
-        subprocess.run(["scancel", running_allocation(wd)], check=True)
-        cancelled_at = datetime.now().astimezone()
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=120)
-    assert proc.returncode == 0, out[-3000:]
+
+    def third_started():
+        """two members finished and the third past its first saved epoch"""
+        done = list((wd / "results/runs").rglob("run.json"))
+        checkpoints = (wd / "results/checkpoints").rglob("checkpoint.npz")
+        run_of = lambda c: wd / "results/runs" / c.parent.relative_to(wd / "results/checkpoints")  # noqa: E731
+        return len(done) == 2 and any(not (run_of(c) / "run.json").exists() for c in checkpoints)
+
+    def cancel(job):
+        subprocess.run(["scancel", job], check=True)
+        return datetime.now().astimezone()
+
+    out, returncode, cancelled_at = _act_when(wd, third_started, cancel, ("--latency-wait", "10"), wait=400)
+    assert returncode == 0, out[-3000:]
     pools = _pools(sacct_jobs(wd, since))
     assert pools["state"].str.split().str[0].tolist() == ["CANCELLED", "COMPLETED"], pools
     first, retry = pools["job"].tolist()

@@ -147,6 +147,10 @@ def test_samples_per_rank_grows_the_training_set_with_the_ranks(tmp_path):
     assert "Traceback" not in p.stderr
 
 
+# (algorithm, ranks, training samples, samples_per_rank, epoch seconds): a serial run and a 1.67x Allreduce
+STRONG = [("serial", 1, 100, 0, 1.0), ("allreduce", 2, 100, 0, 0.6)]
+
+
 def _run(algorithm, ranks, epoch_s, **keys):
     return dict(DEFAULTS, dataset="d", algorithm=algorithm, ranks=ranks, median_epoch_s=epoch_s, **keys)
 
@@ -154,22 +158,24 @@ def _run(algorithm, ranks, epoch_s, **keys):
 def test_weak_efficiency_divides_the_one_rank_time_with_k_by_the_p_rank_time_with_p_k(tmp_path):
     from mpinet.aggregate import summarize_runs
 
-    rows = []
-    for algorithm, ranks, t, n, k in [
-        ("serial", 1, 1.0, 100, 0),
-        ("allreduce", 2, 0.6, 100, 0),
-        ("serial", 1, 0.5, 20, 20),
-        ("allreduce", 2, 0.625, 40, 20),
-        ("allreduce", 4, 1.0, 80, 20),
-    ]:
-        rows += _epochs(_run(algorithm, ranks, t, samples_per_rank=k), n, t, tmp_path / f"{algorithm}{ranks}-{k}")
-    runs = summarize_runs(pd.DataFrame(rows), 0.9).set_index(["samples_per_rank", "ranks"])
+    weak = [("serial", 1, 20, 20, 0.5), ("allreduce", 2, 40, 20, 0.625), ("allreduce", 4, 80, 20, 1.0)]
+    epochs = _epochs_of(tmp_path, [*STRONG, *weak])
+    runs = summarize_runs(epochs, 0.9).set_index(["samples_per_rank", "ranks"])
     assert runs.loc[(0, 2), "speedup"] == pytest.approx(1 / 0.6)
     assert np.isnan(runs.loc[(0, 2), "weak_efficiency"])
     assert runs.loc[(20, 2), "weak_efficiency"] == pytest.approx(0.8)
     assert runs.loc[(20, 4), "weak_efficiency"] == pytest.approx(0.5)
     assert np.isnan(runs.loc[(20, 4), "speedup"]) and np.isnan(runs.loc[(20, 4), "efficiency"])
     assert runs.loc[(20, 4), "train_samples"] == 80
+
+
+def _epochs_of(tmp_path, runs) -> pd.DataFrame:
+    """Three epochs of each (algorithm, ranks, training samples, samples_per_rank, epoch seconds)."""
+    rows = []
+    for algorithm, ranks, n, k, t in runs:
+        run = _run(algorithm, ranks, t, samples_per_rank=k)
+        rows += _epochs(run, n, t, tmp_path / f"{algorithm}{ranks}-{n}-{k}")
+    return pd.DataFrame(rows)
 
 
 def _epochs(run: dict, n: int, t: float, d) -> list[dict]:
@@ -219,20 +225,18 @@ def test_the_figures_show_data_size_curves_and_a_weak_scaling_panel(tmp_path):
     from mpinet.aggregate import summarize_runs
     from mpinet.plots import data_size, scaling
 
-    rows = []
-    for algorithm, ranks, n, k, t in [
-        ("serial", 1, 100, 0, 1.0),
-        ("allreduce", 2, 100, 0, 0.6),
-        ("serial", 1, 30, 0, 0.3),
-        ("allreduce", 2, 30, 0, 0.2),
-        ("paramserver", 3, 30, 0, 0.4),
-        ("paramserver", 3, 100, 0, 0.9),
-        ("serial", 1, 20, 20, 0.2),
-        ("allreduce", 2, 40, 20, 0.25),
-    ]:
-        keys = dict(samples_per_rank=k, train_samples=n if not k else 0)
-        rows += _epochs(_run(algorithm, ranks, t, **keys), n, t, tmp_path / f"{algorithm}{ranks}-{n}-{k}")
-    epochs = pd.DataFrame(rows)
+    epochs = _epochs_of(
+        tmp_path,
+        [
+            *STRONG,
+            ("serial", 1, 30, 0, 0.3),
+            ("allreduce", 2, 30, 0, 0.2),
+            ("paramserver", 3, 30, 0, 0.4),
+            ("paramserver", 3, 100, 0, 0.9),
+            ("serial", 1, 20, 20, 0.2),
+            ("allreduce", 2, 40, 20, 0.25),
+        ],
+    )
     runs = summarize_runs(epochs, 0.9)
     texts = scaling(runs, "d", tmp_path / "scaling.png")
     assert len(texts["ylabels"]) == 4 and "weak-scaling efficiency" in texts["ylabels"][2]
