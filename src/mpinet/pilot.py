@@ -1,0 +1,127 @@
+"""A study in one SLURM allocation: a pilot job in which Snakemake runs with its local executor, each
+training a job step (`srun`) one after another, the way a local `make run` runs them.
+
+Pools (`make slurm-run`) submit one allocation per few experiments, and inside each Snakemake starts
+once per member (a few seconds each). The pilot starts Snakemake once, on one whole node
+(`--exclusive`), for the whole study: the choice for many small experiments that fit one node.
+Its time limit is the sum of the experiments' estimates (mpinet.walltime) plus a margin for the
+microbenchmark, tables and plots; a pilot that runs out resumes from the checkpoints when started
+again. The data is prepared first, here, where it is missing: its size decides the estimates.
+
+    python -m mpinet.pilot --configfile config/config.yaml [--partition P] [--dry-run]
+"""
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from mpinet import MpinetError, walltime
+from mpinet.cluster import TrainingJob, check_fits, default_account, partitions
+from mpinet.experiments import expand_sweeps, grid_paths
+from mpinet.layout import RunPaths
+from mpinet.status import study_name
+
+EXTRA_MINUTES = 5  # the microbenchmark, the tables and the plots after the last training
+
+
+def load_experiments(configfile: str):
+    """The study's experiment table and its name, as the workflow expands them."""
+    try:
+        config = yaml.safe_load(Path(configfile).read_text()) or {}
+        table = expand_sweeps(config["experiments"], config.get("datasets") or {})
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
+        raise MpinetError(f"{configfile}: cannot read its experiments ({type(e).__name__}: {e})") from None
+    spread = table[table["nodes"].fillna(1).astype(int) > 1] if "nodes" in table else table.iloc[:0]
+    if len(spread):
+        row = spread.iloc[0]
+        raise MpinetError(
+            f"{configfile}: a pilot runs on one node, but an experiment of {row['dataset']} asks for "
+            f"nodes {int(row['nodes'])}; run this study with make slurm-run (pools), or drop `nodes`"
+        )
+    return table, study_name(config, [configfile])
+
+
+def minutes(table, study: str) -> int:
+    """The pilot's time limit: each unfinished experiment's estimate, and EXTRA_MINUTES."""
+    runs, link = walltime.calibration(Path("results") / study)
+    total = EXTRA_MINUTES
+    for g, row in zip(grid_paths(table), table.to_dict("records")):
+        paths = RunPaths(g)
+        if paths.record.exists():
+            continue
+        shape = walltime.data_shape(Path("resources/data") / row["dataset"], row)
+        total += walltime.estimate(row, shape, paths.checkpoint, runs, link).minutes()
+    return total
+
+
+def sbatch_command(snakemake_args: list[str], limit: int | None, partition, account, study: str) -> list[str]:
+    """The pilot's sbatch line: one whole node, the time limit, Snakemake on all its CPUs."""
+    inner = [sys.executable, "-m", "snakemake", *snakemake_args]
+    wrap = f'exec {shlex.join(inner)} --cores "$SLURM_CPUS_ON_NODE"'
+    account = default_account() if account is None else account
+    cmd = ["sbatch", "--wait", "--parsable", "--exclusive", "--nodes=1", *([f"--time={limit}"] if limit else [])]
+    cmd += ["--job-name=mpinet-pilot", f"--comment=pilot_{study}", "--output=logs/slurm/pilot-%j.log"]
+    cmd += [f"--partition={partition}"] * bool(partition) + [f"--account={account}"] * bool(account)
+    return [*cmd, f"--chdir={os.getcwd()}", f"--wrap={wrap}"]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mpinet.pilot", description=__doc__.splitlines()[0])
+    p.add_argument("--configfile", default="config/config.yaml", help="the study (default: config/config.yaml)")
+    p.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's default)")
+    p.add_argument("--account", default=None, help="SLURM account (default: yours, from sacctmgr)")
+    p.add_argument("--snakefile", default=None, help="the workflow's Snakefile, when not ./workflow/Snakefile")
+    p.add_argument("--dry-run", action="store_true", help="print the sbatch line and the time limit; submit nothing")
+    a = p.parse_args(argv)
+    try:
+        table, study = load_experiments(a.configfile)
+        parts, default = partitions()
+        widest = max(table.itertuples(), key=lambda r: r.ranks * r.blas_threads)
+        check_fits([TrainingJob(f"{study} (pilot)", widest.ranks, widest.blas_threads, 1, a.partition)], parts, default)
+    except MpinetError as e:
+        print(f"mpinet.pilot: error: {e}", file=sys.stderr)
+        return 1
+    args = [*(["-s", a.snakefile] if a.snakefile else []), "--configfile", a.configfile]
+    if not a.dry_run and (code := _prepare(args, table)):
+        return code
+    limit = minutes(table, study) if _prepared(table) else None
+    # inside: a killed pilot's half-written outputs are redone, one failed experiment stops no other
+    cmd = sbatch_command([*args, "--rerun-incomplete", "--keep-going"], limit, a.partition, a.account, study)
+    if a.dry_run:
+        print(shlex.join(cmd))
+        print(f"time limit: {limit} minutes" if limit else "time limit: known once the data is prepared")
+        return 0
+    print(f"mpinet.pilot: {len(table)} experiments of study {study} in one allocation of {limit} minutes", flush=True)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    job = done.stdout.strip().split(";")[0]
+    log = Path(f"logs/slurm/pilot-{job}.log")
+    if log.exists():
+        print(log.read_text()[-3000:], end="")
+    if done.returncode != 0:
+        print(f"mpinet.pilot: error: pilot job {job or '?'} failed: {done.stderr.strip() or log}", file=sys.stderr)
+        return 1
+    print(f"mpinet.pilot: pilot job {job} done; its log: {log}")
+    return 0
+
+
+def _prepare(args: list[str], table) -> int:
+    """Fetch and prepare the study's datasets here where they are missing (Snakemake decides)."""
+    targets = [f"resources/data/{d}/summary.json" for d in sorted(set(table["dataset"]))]
+    print("mpinet.pilot: the data first, here (its size sizes the time limit)", flush=True)
+    Path("logs/slurm").mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args, "--cores", "2", "--quiet", "rules", *targets]
+    ).returncode
+
+
+def _prepared(table) -> bool:
+    return all((Path("resources/data") / d / "summary.json").exists() for d in set(table["dataset"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
