@@ -102,8 +102,8 @@ lint: setup
 test: lint
 	pytest -m "not slurm"
 	$(MAKE) --no-print-directory test-mpi MPI=openmpi
-	@# the one-node tests in partition debug beside the multi-node ones in partition nodes, then the restart
-	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadgroup
+	@# test_slurm.py (partition debug) beside test_slurm_nodes.py (partition nodes), then the restart
+	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadfile
 	pytest -m restarts_cluster
 
 # The tests that depend on which MPI runs, in that MPI's own environment.

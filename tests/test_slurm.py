@@ -21,9 +21,9 @@ import yaml
 from conftest import REPO, env
 from test_workflow import SNAKEMAKE, copy_env, copy_repo, planned, write_config
 
-# make test runs two xdist workers (--dist loadgroup): this module's tests in partition debug on one, the
-# ones marked xdist_group("nodes") (tests/test_slurm_nodes.py and two long ones here) in partition nodes
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900), pytest.mark.xdist_group("debug")]
+# make test runs this module and tests/test_slurm_nodes.py at once, one pytest-xdist worker each
+# (--dist loadfile); the pool-cancel test runs in partition nodes, beside that module's jobs
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 
 CONFIG = {
     "datasets": {"iris": {"source": "bundled:iris", "format": "csv"}},
@@ -342,7 +342,6 @@ POOLED = {**LONG, "epochs": 9000, "seed": [1, 2, 3]}  # about 16 s each: the thi
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.xdist_group("nodes")
 def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_the_third(tmp_path):
     """scancel in the middle of a pool's third member: Snakemake removes every member's outputs and
     retries the pool; the two finished members restore theirs from their final checkpoints (same
@@ -398,24 +397,6 @@ def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_t
     )
     with np.load(run / "weights.npz") as a, np.load(local / weights) as b:
         assert np.array_equal(a["params"], b["params"])  # bit-identical to the uninterrupted run
-
-
-@pytest.mark.timeout(900)
-@pytest.mark.xdist_group("nodes")
-def test_a_job_past_its_time_limit_is_retried_and_resumed(tmp_path):
-    wd = copy_for_nodes(tmp_path)
-    # about 85 s of training: the first attempt's minute (start-up included) ends in the middle
-    write_config(wd, {"datasets": CONFIG["datasets"], "experiments": [{**LONG, "epochs": 50000}]})
-    # one minute for the first attempt, ten for the retry; the pool's microbenchmark adds none
-    limit = ["--set-resources", "train_mpi:runtime=1 if attempt == 1 else 10", "commbench:runtime=0"]
-    since = _since()
-    p = on_slurm(wd, *limit, "--latency-wait", "10", timeout=600)
-    jobs = _training_job(wd, since)
-    assert jobs["state"].tolist() == ["TIMEOUT", "COMPLETED"], (jobs, p.stdout[-2000:])
-    meta = json.loads(next((wd / "results/runs").rglob("run.json")).read_text())
-    assert meta["resumed_from_epoch"] > 0
-    metrics = pd.read_csv(next((wd / "results/runs").rglob("metrics.csv")))
-    assert metrics["epoch"].tolist() == list(range(1, 50001))
 
 
 @pytest.mark.timeout(1200)

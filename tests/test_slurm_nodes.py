@@ -22,17 +22,20 @@ import pandas as pd
 import pytest
 from conftest import REPO, env
 from test_slurm import (
+    CONFIG,
     FAST_POLLING,
     _interrupt_after_first_checkpoint,
     _since,
+    _training_job,
     copy_for_nodes,
     on_slurm,
     sacct_jobs,
     wait_for_cluster,
 )
+from test_slurm import LONG as SINGLE_NODE_LONG
 from test_workflow import SNAKEMAKE, copy_env, copy_repo, planned, snakemake, write_config
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900), pytest.mark.xdist_group("nodes")]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 
 SCRIPT = REPO / "tests/slurm/local-cluster.sh"
 NODE_TMP = "/var/tmp/mpinet-node-tmp"  # the nodes' own TmpFS (a mount point in each node's namespace)
@@ -203,6 +206,24 @@ def test_the_nodes_benchmark_times_one_node_against_two():
     rows = {line.split()[0]: line.split() for line in p.stdout.splitlines() if line[:5].strip() in ("1", "2")}
     assert rows["1"][1] == "node1" and rows["2"][1] == "node1,node2"
     assert all(float(rows[n][2]) > 0 for n in rows) and "two nodes / one node:" in p.stdout
+
+
+# One partition's job, not a multi-node one: here so the two test modules take about as long.
+@pytest.mark.timeout(900)
+def test_a_job_past_its_time_limit_is_retried_and_resumed(tmp_path):
+    wd = copy_for_nodes(tmp_path)
+    # about 85 s of training: the first attempt's minute (start-up included) ends in the middle
+    write_config(wd, {"datasets": CONFIG["datasets"], "experiments": [{**SINGLE_NODE_LONG, "epochs": 50000}]})
+    # one minute for the first attempt, ten for the retry; the pool's microbenchmark adds none
+    limit = ["--set-resources", "train_mpi:runtime=1 if attempt == 1 else 10", "commbench:runtime=0"]
+    since = _since()
+    p = on_slurm(wd, *limit, "--latency-wait", "10", timeout=600)
+    jobs = _training_job(wd, since)
+    assert jobs["state"].tolist() == ["TIMEOUT", "COMPLETED"], (jobs, p.stdout[-2000:])
+    meta = json.loads(next((wd / "results/runs").rglob("run.json")).read_text())
+    assert meta["resumed_from_epoch"] > 0
+    metrics = pd.read_csv(next((wd / "results/runs").rglob("metrics.csv")))
+    assert metrics["epoch"].tolist() == list(range(1, 50001))
 
 
 @pytest.mark.restarts_cluster
