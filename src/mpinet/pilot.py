@@ -114,9 +114,9 @@ def _prepare(args: list[str], table) -> int:
     targets = [f"resources/data/{d}/summary.json" for d in sorted(set(table["dataset"]))]
     print("mpinet.pilot: the data first, here (its size sizes the time limit)", flush=True)
     Path("logs/slurm").mkdir(parents=True, exist_ok=True)
-    return subprocess.run(
-        [sys.executable, "-m", "snakemake", *args, "--cores", "2", "--quiet", "rules", *targets]
-    ).returncode
+    # the targets first: --configfile (in args) takes every value that follows it
+    cmd = [sys.executable, "-m", "snakemake", *targets, *args, "--cores", "2", "--quiet", "rules"]
+    return subprocess.run(cmd).returncode
 
 
 def _prepared(table) -> bool:
