@@ -16,6 +16,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -27,6 +28,9 @@ from mpinet.layout import RunPaths
 from mpinet.status import study_name
 
 EXTRA_MINUTES = 5  # the microbenchmark, the tables and the plots after the last training
+LOG_FILE = "logs/slurm/pilot-{job}.log"
+EXIT_FILE = "logs/slurm/pilot-{job}.exit"
+POLL_S = 2  # squeue, while the pilot is queued or runs (sbatch --wait polls at 2, 6, 14, 30, 62 s ...)
 
 
 def load_experiments(configfile: str):
@@ -62,10 +66,11 @@ def minutes(table, study: str) -> int:
 def sbatch_command(snakemake_args: list[str], limit: int | None, partition, account, study: str) -> list[str]:
     """The pilot's sbatch line: one whole node, the time limit, Snakemake on all its CPUs."""
     inner = [sys.executable, "-m", "snakemake", *snakemake_args]
-    wrap = f'exec {shlex.join(inner)} --cores "$SLURM_CPUS_ON_NODE"'
+    # its exit code in a file beside the log: what the waiting side reports
+    wrap = f'{shlex.join(inner)} --cores "$SLURM_CPUS_ON_NODE"; echo $? > {EXIT_FILE.format(job="$SLURM_JOB_ID")}'
     account = default_account() if account is None else account
-    cmd = ["sbatch", "--wait", "--parsable", "--exclusive", "--nodes=1", *([f"--time={limit}"] if limit else [])]
-    cmd += ["--job-name=mpinet-pilot", f"--comment=pilot_{study}", "--output=logs/slurm/pilot-%j.log"]
+    cmd = ["sbatch", "--parsable", "--exclusive", "--nodes=1", *([f"--time={limit}"] if limit else [])]
+    cmd += ["--job-name=mpinet-pilot", f"--comment=pilot_{study}", f"--output={LOG_FILE.format(job='%j')}"]
     cmd += [f"--partition={partition}"] * bool(partition) + [f"--account={account}"] * bool(account)
     return [*cmd, f"--chdir={os.getcwd()}", f"--wrap={wrap}"]
 
@@ -97,15 +102,39 @@ def main(argv=None) -> int:
         print(f"time limit: {limit} minutes" if limit else "time limit: known once the data is prepared")
         return 0
     print(f"mpinet.pilot: {len(table)} experiments of study {study} in one allocation of {limit} minutes", flush=True)
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    job = done.stdout.strip().split(";")[0]
-    log = Path(f"logs/slurm/pilot-{job}.log")
+    submitted = subprocess.run(cmd, capture_output=True, text=True)
+    if submitted.returncode != 0:
+        print(f"mpinet.pilot: error: sbatch: {submitted.stderr.strip()}", file=sys.stderr)
+        return 1
+    job = submitted.stdout.strip().split(";")[0]
+    print(f"mpinet.pilot: job {job}, its log {LOG_FILE.format(job=job)} (scancel {job} stops it)", flush=True)
+    return _wait(job)
+
+
+def _wait(job: str) -> int:
+    """Until the job leaves the queue, saying when it starts; then its log's tail and exit code."""
+    state = ""
+    while True:
+        q = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True)
+        now = q.stdout.strip()
+        if q.returncode != 0 and "Invalid job id" not in q.stderr:
+            now = state  # the controller did not answer this time: ask again
+        elif not now:
+            break  # squeue lists a job only while it is queued, runs or completes
+        if now != state:
+            print(f"mpinet.pilot: job {job} {now.lower()}", flush=True)
+            state = now
+        time.sleep(POLL_S)
+    log, exit_file = Path(LOG_FILE.format(job=job)), Path(EXIT_FILE.format(job=job))
     if log.exists():
         print(log.read_text()[-3000:], end="")
-    if done.returncode != 0:
-        print(f"mpinet.pilot: error: pilot job {job or '?'} failed: {done.stderr.strip() or log}", file=sys.stderr)
+    code = exit_file.read_text().strip() if exit_file.exists() else ""
+    if code != "0":
+        why = f"Snakemake exited with {code}" if code else "ended before Snakemake did (cancelled, time limit, node)"
+        again = "run it again to go on from the checkpoints"
+        print(f"mpinet.pilot: error: pilot job {job}: {why}; {again}", file=sys.stderr)
         return 1
-    print(f"mpinet.pilot: pilot job {job} done; its log: {log}")
+    print(f"mpinet.pilot: pilot job {job} done")
     return 0
 
 
