@@ -55,14 +55,16 @@ def main(argv=None) -> int:
                             runs.append(run_ddp(data, b, dtype, hidden, a.epochs, p, rep))
                             _progress(len(runs), total, runs[-1])
         gemm = gemm_limits(a.features, hidden[0], a.batches, a.dtypes)
+        bandwidth = memory_bandwidth()
+        steps = kernels(a.features, hidden, a.batches, a.dtypes, gemm, bandwidth)
         n_params = Net((a.features, *hidden, CLASSES)).n_params
         allreduce = {dt: allreduce_time(n_params, dt) for dt in a.dtypes} if max(a.ranks) > 1 else {}
-    report = summarize(runs, gemm, allreduce, a, n_params, torch_ok)
+    report = summarize(runs, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"bench-{date.today().isoformat()}"
     (out / f"{stem}.json").write_text(
-        json.dumps({"runs": runs, "gemm": gemm, "allreduce": allreduce, **report}, indent=1)
+        json.dumps({"runs": runs, "gemm": gemm, "allreduce": allreduce, "kernels": steps, **report}, indent=1)
     )
     (out / f"{stem}.md").write_text(report["markdown"])
     print(report["markdown"])
@@ -248,6 +250,53 @@ def gemm_limits(features, h1, batches, dtypes) -> dict:
     return out
 
 
+def memory_bandwidth(nbytes: int = 256 << 20) -> float:
+    """Bytes per second one thread streams through memory: c = a + b over arrays far larger than
+    the caches (two reads and a write per element), the pattern of the update W -= G."""
+    a = np.ones(nbytes // 4, dtype=np.float32)
+    b, c = np.ones_like(a), np.empty_like(a)
+    return 3 * a.nbytes / _median_time(lambda: np.add(a, b, out=c), min_reps=5, min_seconds=0.5)
+
+
+def kernels(features, hidden, batches, dtypes, gemm, bandwidth) -> dict:
+    """One training step's kernels as the trainer calls them (mpinet.model's forward and backward,
+    the update `params -= grads`), each timed in this process at each batch size, one BLAS thread,
+    beside its bound: the first layer's GEMM at the rate measured alone at that shape (the other
+    layers are 0.05 % of the work) and the update's three passes over the parameters at the memory
+    bandwidth."""
+    from threadpoolctl import threadpool_limits
+
+    from mpinet.model import Workspace, backward, forward, init_params, layer_views
+
+    out = {}
+    with threadpool_limits(1, user_api="blas"):
+        for dt in dtypes:
+            net = Net((features, *hidden, CLASSES), "l2", False, np.dtype(dt))
+            params = init_params(net, 1)
+            grads = np.zeros_like(params)
+            layers, grad_layers = layer_views(net, params), layer_views(net, grads)
+            rng = np.random.default_rng(0)
+            for b in batches:
+                ws = Workspace(net, b)
+                x = rng.random((b, features)).astype(dt)
+                y = rng.integers(0, CLASSES, b)
+                fwd = _median_time(lambda x=x, y=y, ws=ws: forward(net, layers, x, ws))  # noqa: B023
+                bwd = _median_time(lambda x=x, y=y, ws=ws: backward(net, layers, grad_layers, x, y, ws, 1e-9))  # noqa: B023
+                upd = _median_time(lambda: np.subtract(params, grads, out=params))  # noqa: B023
+                g = gemm[f"{dt}/{b}"]
+                out[f"{dt}/{b}"] = {
+                    "forward": {"bound_s": g["fwd_s"], "measured_s": fwd},
+                    "backward": {"bound_s": g["bwd_s"], "measured_s": bwd},
+                    "update": {"bound_s": 3 * params.nbytes / bandwidth, "measured_s": upd},
+                }
+    return out
+
+
+def step_bound(k: dict, allreduce_s: float = 0.0) -> float:
+    """The roofline of one step: every kernel at its bound, and the Allreduce as measured alone."""
+    return sum(v["bound_s"] for v in k.values()) + allreduce_s
+
+
 def allreduce_time(n_params, dtype) -> float:
     """Median seconds of one in-place MPI_Allreduce of the parameter buffer on 2 ranks."""
     cmd = [*mpiexec_argv(2), sys.executable, __file__, "--allreduce-worker", "--count", str(n_params)]
@@ -276,7 +325,7 @@ def allreduce_worker(a) -> int:
 # --- the table ------------------------------------------------------------------------------
 
 
-def summarize(runs, gemm, allreduce, a, n_params, torch_ok) -> dict:
+def summarize(runs, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth) -> dict:
     """The Markdown report and the per-cell numbers the headline rows are read from."""
     import pandas as pd
 
@@ -298,6 +347,7 @@ def summarize(runs, gemm, allreduce, a, n_params, torch_ok) -> dict:
         return float(r.median()) if len(r) else float("nan")
 
     header = ["dtype", "batch/rank", "design", "ranks", "epoch s (min-max)", "samples/s", "comm %", "GEMM-limit %"]
+    header += ["roofline %"]
     header += ["14,034-image epoch s", "speedup vs serial", "DDP ÷ ours"]
     table = [header, ["---"] * len(header)]
     targets = {}
@@ -306,20 +356,23 @@ def summarize(runs, gemm, allreduce, a, n_params, torch_ok) -> dict:
         this = per_repeat(impl, design, ranks, batch, dtype)
         train_ranks = ranks - 1 if design == "paramserver" else ranks
         gk = gemm[f"{dtype}/{batch}"]
-        steps = -(-a.samples // (batch * train_ranks))
-        share = steps * (gk["fwd_s"] + gk["bwd_s"]) / c["median"] if ours else float("nan")
+        n_steps = -(-a.samples // (batch * train_ranks))
+        share = n_steps * (gk["fwd_s"] + gk["bwd_s"]) / c["median"] if ours else float("nan")
+        roof = _roofline(steps[f"{dtype}/{batch}"], design, ranks, allreduce.get(dtype, 0.0), n_steps, c["median"])
         speedup = ratio(per_repeat("mpinet", "serial", 1, batch, dtype), this)
         ddp = ratio(per_repeat("torch-ddp", "ddp", ranks, batch, dtype), this) if ours and torch_ok else float("nan")
         comm = 100 * c["comm_s"] / (c["compute_s"] + c["comm_s"]) if ours else float("nan")
         intel = c["median"] / a.samples * INTEL_SAMPLES
         table.append(
             [dtype, batch, design, ranks, f"{c['median']:.3f} ({c['min']:.3f}-{c['max']:.3f})"]
-            + [f"{a.samples / c['median']:,.0f}", _f(comm, 0), _f(100 * share, 0), f"{intel:.2f}", _f(speedup, 2)]
+            + [f"{a.samples / c['median']:,.0f}", _f(comm, 0), _f(100 * share, 0), _f(100 * roof, 0)]
+            + [f"{intel:.2f}", _f(speedup, 2)]
             + [_f(ddp, 2)]
         )
         targets[f"{dtype}/{batch}/{design}/{ranks}"] = {
             "epoch_s": c["median"],
             "gemm_share": share,
+            "roofline_share": roof,
             "speedup_vs_serial": speedup,
             "ddp_over_ours": ddp,
             "peak_rss_mb": c["peak_rss_mb"],
@@ -340,6 +393,8 @@ def summarize(runs, gemm, allreduce, a, n_params, torch_ok) -> dict:
         "GEMM limit, one thread (GFLOP/s): "
         + "; ".join(f"{k}: fwd {v['fwd_gflops']:.0f}, bwd {v['bwd_gflops']:.0f}" for k, v in gemm.items()),
     ]
+    lines += ["", f"Memory bandwidth, one thread (c = a + b over 256 MB): {bandwidth / 1e9:.1f} GB/s.", ""]
+    lines += kernel_table(steps)
     if allreduce:
         sizes = {dt: n_params * np.dtype(dt).itemsize / 1e6 for dt in allreduce}
         lines.append(
@@ -352,6 +407,26 @@ def summarize(runs, gemm, allreduce, a, n_params, torch_ok) -> dict:
     return {"markdown": "\n".join(lines) + "\n", "targets": targets}
 
 
+def _roofline(k: dict, design: str, ranks: int, allreduce_s: float, n_steps: int, epoch_s: float) -> float:
+    """The share of the roofline an epoch reaches: steps x the step's bound over the epoch's time.
+    The parameter server has none here: its rank 0 serves the workers one after another."""
+    if design == "paramserver":
+        return float("nan")
+    return n_steps * step_bound(k, allreduce_s if ranks > 1 else 0.0) / epoch_s
+
+
+def kernel_table(steps: dict) -> list[str]:
+    """Per dtype, batch and kernel of a step: its bound, the trainer's own call, and the gap."""
+    rows = ["| dtype/batch | kernel | bound ms | measured ms | bound / measured |", "|---|---|---|---|---|"]
+    for key, k in steps.items():
+        for name, v in k.items():
+            b, m = v["bound_s"] * 1e3, v["measured_s"] * 1e3
+            rows.append(f"| {key} | {name} | {b:.3f} | {m:.3f} | {100 * b / m:.0f} % |")
+        total_b, total_m = (sum(v[f] for v in k.values()) * 1e3 for f in ("bound_s", "measured_s"))
+        rows.append(f"| {key} | step | {total_b:.3f} | {total_m:.3f} | {100 * total_b / total_m:.0f} % |")
+    return rows
+
+
 def headline_lines(t, a, n_params) -> list[str]:
     def get(tag, field):
         return t.get(tag, {}).get(field, float("nan"))
@@ -360,6 +435,14 @@ def headline_lines(t, a, n_params) -> list[str]:
     rss = get("float32/32/allreduce/2", "peak_rss_mb")
     budget = shard_mb + 3 * n_params * 4 / 1e6 + 150
     rows = [
+        (
+            "roofline share, serial / allreduce on 2 ranks, batch 4 / 32 / 256",
+            " / ".join(
+                f"{_pct(get(f'float32/{b}/serial/1', 'roofline_share'))} / "
+                f"{_pct(get(f'float32/{b}/allreduce/2', 'roofline_share'))}"
+                for b in (4, 32, 256)
+            ),
+        ),
         ("serial epoch at batch 256, share of the GEMM limit", _pct(get("float32/256/serial/1", "gemm_share"))),
         ("serial epoch at batch 32, share of the GEMM limit", _pct(get("float32/32/serial/1", "gemm_share"))),
         (
