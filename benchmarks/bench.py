@@ -55,9 +55,10 @@ def main(argv=None) -> int:
                             runs.append(run_ddp(data, b, dtype, hidden, a.epochs, p, rep))
                             _progress(len(runs), total, runs[-1])
         gemm = gemm_limits(a.features, hidden[0], a.batches, a.dtypes)
-        bandwidth = memory_bandwidth()
-        steps = kernels(a.features, hidden, a.batches, a.dtypes, gemm, bandwidth)
         n_params = Net((a.features, *hidden, CLASSES)).n_params
+        bandwidth = {"dram": memory_bandwidth(256 << 20)}
+        bandwidth |= {dt: memory_bandwidth(n_params * np.dtype(dt).itemsize, dt) for dt in a.dtypes}
+        steps = kernels(a.features, hidden, a.batches, a.dtypes, gemm, bandwidth)
         allreduce = {dt: allreduce_time(n_params, dt) for dt in a.dtypes} if max(a.ranks) > 1 else {}
     report = summarize(runs, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth)
     out = Path(a.out)
@@ -250,20 +251,22 @@ def gemm_limits(features, h1, batches, dtypes) -> dict:
     return out
 
 
-def memory_bandwidth(nbytes: int = 256 << 20) -> float:
-    """Bytes per second one thread streams through memory: c = a + b over arrays far larger than
-    the caches (two reads and a write per element), the pattern of the update W -= G."""
-    a = np.ones(nbytes // 4, dtype=np.float32)
-    b, c = np.ones_like(a), np.empty_like(a)
-    return 3 * a.nbytes / _median_time(lambda: np.add(a, b, out=c), min_reps=5, min_seconds=0.5)
+def memory_bandwidth(nbytes: int, dtype="float32") -> float:
+    """Bytes per second one thread moves in a -= b over arrays of nbytes each (two reads and a
+    write per element, the update W -= G itself): at the parameters' size the arrays may
+    stay in the caches, as the update's do right after the gradient GEMM wrote G; at 256 MB this
+    is the memory's own bandwidth."""
+    a = np.ones(nbytes // np.dtype(dtype).itemsize, dtype=dtype)
+    b = np.full_like(a, 1e-30)
+    return 3 * a.nbytes / _median_time(lambda: np.subtract(a, b, out=a), min_reps=5, min_seconds=0.5)
 
 
 def kernels(features, hidden, batches, dtypes, gemm, bandwidth) -> dict:
     """One training step's kernels as the trainer calls them (mpinet.model's forward and backward,
     the update `params -= grads`), each timed in this process at each batch size, one BLAS thread,
     beside its bound: the first layer's GEMM at the rate measured alone at that shape (the other
-    layers are 0.05 % of the work) and the update's three passes over the parameters at the memory
-    bandwidth."""
+    layers are 0.05 % of the work) and the update's three passes over the parameters at the
+    bandwidth measured at the parameters' size (bandwidth[dtype])."""
     from threadpoolctl import threadpool_limits
 
     from mpinet.model import Workspace, backward, forward, init_params, layer_views
@@ -287,7 +290,7 @@ def kernels(features, hidden, batches, dtypes, gemm, bandwidth) -> dict:
                 out[f"{dt}/{b}"] = {
                     "forward": {"bound_s": g["fwd_s"], "measured_s": fwd},
                     "backward": {"bound_s": g["bwd_s"], "measured_s": bwd},
-                    "update": {"bound_s": 3 * params.nbytes / bandwidth, "measured_s": upd},
+                    "update": {"bound_s": 3 * params.nbytes / bandwidth[dt], "measured_s": upd},
                 }
     return out
 
@@ -393,7 +396,13 @@ def summarize(runs, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth) ->
         "GEMM limit, one thread (GFLOP/s): "
         + "; ".join(f"{k}: fwd {v['fwd_gflops']:.0f}, bwd {v['bwd_gflops']:.0f}" for k, v in gemm.items()),
     ]
-    lines += ["", f"Memory bandwidth, one thread (c = a + b over 256 MB): {bandwidth / 1e9:.1f} GB/s.", ""]
+    at_size = "; ".join(f"{dt} {bw / 1e9:.1f} GB/s" for dt, bw in bandwidth.items() if dt != "dram")
+    lines += [
+        "",
+        f"Memory bandwidth, one thread (a -= b): {bandwidth['dram'] / 1e9:.1f} GB/s over 256 MB arrays; "
+        f"at the parameter buffer's size (the update's bound): {at_size}.",
+        "",
+    ]
     lines += kernel_table(steps)
     if allreduce:
         sizes = {dt: n_params * np.dtype(dt).itemsize / 1e6 for dt in allreduce}

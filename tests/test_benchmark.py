@@ -17,7 +17,7 @@ def test_benchmark_script_writes_its_table(tmp_path):
     for row in ("| float32 | 4 | serial | 1 |", "| float32 | 4 | allreduce | 2 |", "| float32 | 4 | paramserver | 2 |"):
         assert row in table
     assert "PyTorch DDP: skipped" in table and "GEMM limit, one thread" in table
-    assert "roofline %" in table and "Memory bandwidth, one thread" in table
+    assert "roofline %" in table and "at the parameter buffer's size" in table
     kernels = [row.split(" | ") for row in table.splitlines() if row.startswith("| float32/4 |")]
     assert [k[1] for k in kernels] == ["forward", "backward", "update", "step"]
     assert all(float(k[2]) > 0 and float(k[3]) > 0 for k in kernels)  # bound and measured milliseconds
