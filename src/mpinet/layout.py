@@ -5,6 +5,7 @@ finished run holds, and one run's paths from its name."""
 from dataclasses import dataclass
 from pathlib import Path
 
+DATA_ROOT = "resources/data"  # one prepared dataset per folder
 RUNS_ROOT = "results/runs"
 TRAIN_LOGS = "logs/train"
 CHECKPOINTS = "results/checkpoints"

@@ -24,7 +24,7 @@ import yaml
 from mpinet import MpinetError, walltime
 from mpinet.cluster import TrainingJob, check_fits, default_account, partitions
 from mpinet.experiments import expand_sweeps, grid_paths
-from mpinet.layout import RunPaths
+from mpinet.layout import DATA_ROOT, RunPaths
 from mpinet.status import study_name
 
 EXTRA_MINUTES = 5  # the microbenchmark, the tables and the plots after the last training
@@ -56,10 +56,8 @@ def minutes(table, study: str) -> int:
     total = EXTRA_MINUTES
     for g, row in zip(grid_paths(table), table.to_dict("records")):
         paths = RunPaths(g)
-        if paths.record.exists():
-            continue
-        shape = walltime.data_shape(Path("resources/data") / row["dataset"], row)
-        total += walltime.estimate(row, shape, paths.checkpoint, runs, link).minutes()
+        if not paths.record.exists():
+            total += walltime.request(row, Path(DATA_ROOT, row["dataset"]), paths.checkpoint, runs, link)
     return total
 
 
@@ -140,7 +138,7 @@ def _wait(job: str) -> int:
 
 def _prepare(args: list[str], table) -> int:
     """Fetch and prepare the study's datasets here where they are missing (Snakemake decides)."""
-    targets = [f"resources/data/{d}/summary.json" for d in sorted(set(table["dataset"]))]
+    targets = [str(_prepared_marker(d)) for d in sorted(set(table["dataset"]))]
     print("mpinet.pilot: the data first, here (its size sizes the time limit)", flush=True)
     Path("logs/slurm").mkdir(parents=True, exist_ok=True)
     # the targets first: --configfile (in args) takes every value that follows it
@@ -149,7 +147,12 @@ def _prepare(args: list[str], table) -> int:
 
 
 def _prepared(table) -> bool:
-    return all((Path("resources/data") / d / "summary.json").exists() for d in set(table["dataset"]))
+    return all(_prepared_marker(d).exists() for d in set(table["dataset"]))
+
+
+def _prepared_marker(dataset: str) -> Path:
+    """One of the files a prepared dataset has (mpinet.dataset.FILES; Snakemake makes them together)."""
+    return Path(DATA_ROOT, dataset, "summary.json")
 
 
 if __name__ == "__main__":

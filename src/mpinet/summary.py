@@ -9,6 +9,16 @@ from mpinet.experiments import varying
 from mpinet.references import breach_lines
 
 
+def end_of_run(runs_csv, references_csv, study: str, study_dir: str) -> str:
+    """What a run prints when it ends: the summary table and the references' verdicts."""
+    text = f"\nStudy {study} ({study_dir}/):\n{summary_table(runs_csv)}\n"
+    checked = pd.read_csv(references_csv)
+    if len(checked):
+        lines = breach_lines(checked) or [f"references: all {len(checked)} within their band or undecided"]
+        text += "\n" + "\n".join(lines) + "\n"
+    return text
+
+
 def summary_table(runs_csv: str | Path) -> str:
     """Per dataset, design and ranks: final accuracy, median epoch time, speedup, time to target, and
     how many seeds reached the target."""

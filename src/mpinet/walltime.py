@@ -99,6 +99,11 @@ def estimate(row, shape, checkpoint: Path | None, runs, link) -> Estimate:
     return from_model(row, shape, runs, link) or uncalibrated(row, shape)
 
 
+def request(row: dict, data_dir: Path, checkpoint: Path | None, runs, link, attempt: int = 1) -> int:
+    """Minutes to ask SLURM for one experiment: its best estimate (estimate) at its data's size."""
+    return estimate(row, data_shape(data_dir, row), checkpoint, runs, link).minutes(attempt)
+
+
 def data_shape(data_dir: Path, row: dict) -> dict:
     """The sizes the estimate needs, from a prepared dataset's arrays (read as memory maps)."""
     from mpinet.options import data_ranks

@@ -30,7 +30,6 @@ if mpinet.__version__ != WORKFLOW_VERSION:
 
 from mpinet import MpinetError, dataset, launcher, numerics, walltime
 from mpinet.layout import (
-    CHECKPOINTS,
     CONFUSION_FILE,
     METRICS_FILE,
     RECORD_FILE,
@@ -52,13 +51,9 @@ from mpinet.experiments import (
     launch_order,
     train_arguments,
 )
-from mpinet.references import (
-    breach_lines,
-    check_entries as check_references,
-    check_selects,
-)
+from mpinet.references import check_entries as check_references, check_selects
 from mpinet.status import Experiment, failures, study_name
-from mpinet.summary import summary_table
+from mpinet.summary import end_of_run
 from mpinet.leftovers import RECORD as LEFTOVERS_RECORD, write_record
 
 # One line naming the key for a bad config; Snakemake's own validate then fills in the defaults.
@@ -251,10 +246,8 @@ def calibration():
 def get_runtime(wildcards, input, attempt):
     """Minutes a training job asks SLURM for (mpinet.walltime): from its own earlier epochs, the
     calibrated cost model or the network's size, with a safety factor; a pool asks for the sum."""
-    row = RUN_ROWS[grid_path(wildcards)]
-    shape = walltime.data_shape(Path(input.data[0]).parent, row)
-    estimate = walltime.estimate(row, shape, Path(get_checkpoint(wildcards)), *calibration())
-    return estimate.minutes(attempt)
+    row, data = RUN_ROWS[grid_path(wildcards)], Path(input.data[0]).parent
+    return walltime.request(row, data, Path(get_checkpoint(wildcards)), *calibration(), attempt)
 
 
 def get_launch_priority(wildcards):

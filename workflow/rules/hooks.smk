@@ -40,13 +40,8 @@ def print_summary():
     """At the end of a run: the study's headline numbers, per design and rank count."""
     runs = Path(rules.aggregate.output.runs)
     if runs.exists() and runs.stat().st_mtime >= workflow_start:  # only when this run rewrote it
-        print(f"\nStudy {STUDY} ({STUDY_DIR}/):\n{summary_table(runs)}\n", flush=True)
-        checked = pd.read_csv(rules.aggregate.output.references)
-        if len(checked):
-            lines = breach_lines(checked) or [
-                f"references: all {len(checked)} within their band or undecided"
-            ]
-            print("\n".join(lines) + "\n", flush=True)
+        text = end_of_run(runs, rules.aggregate.output.references, STUDY, STUDY_DIR)
+        print(text, flush=True)
 
 
 def remove_kept_checkpoints():
