@@ -204,7 +204,10 @@ def test_the_nodes_benchmark_times_one_node_against_two():
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env())
     assert p.returncode == 0, p.stderr[-3000:]
     rows = {line.split()[0]: line.split() for line in p.stdout.splitlines() if line[:5].strip() in ("1", "2")}
-    assert rows["1"][1] == "node1" and rows["2"][1] == "node1,node2"
+    # which nodes SLURM gives depends on what the other test module holds at the time
+    ours = {f"node{i}" for i in range(1, NODES + 1)}
+    one, two = rows["1"][1].split(","), rows["2"][1].split(",")
+    assert len(one) == 1 and len(set(two)) == 2 and set(one + two) <= ours, (one, two)
     assert all(float(rows[n][2]) > 0 for n in rows) and "two nodes / one node:" in p.stdout
 
 
