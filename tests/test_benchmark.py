@@ -11,14 +11,21 @@ from conftest import REPO, env
 def test_benchmark_script_writes_its_table(tmp_path):
     cmd = [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--samples", "64", "--features", "500"]
     cmd += ["--repeats", "1", "--epochs", "1", "--batches", "4", "--dtypes", "float32", "--no-torch"]
+    cmd += ["--unfused", "--before", str(REPO / "src")]  # the variants' code path (here: this engine twice)
     p = subprocess.run([*cmd, "--out", str(tmp_path)], capture_output=True, text=True, env=env(), timeout=300)
     assert p.returncode == 0, p.stderr
     table = next(tmp_path.glob("bench-*.md")).read_text()
     for row in ("| float32 | 4 | serial | 1 |", "| float32 | 4 | allreduce | 2 |", "| float32 | 4 | paramserver | 2 |"):
         assert row in table
+    for row in ("| float32 | 4 | serial [unfused] | 1 |", "| float32 | 4 | serial [before] | 1 |"):
+        assert row in table
+    assert "| before ÷ ours |" in next(line for line in table.splitlines() if line.startswith("| dtype |"))
     assert "PyTorch DDP: skipped" in table and "GEMM limit, one thread" in table
     assert "roofline %" in table and "at the parameter buffer's size" in table
     kernels = [row.split(" | ") for row in table.splitlines() if row.startswith("| float32/4 |")]
-    assert [k[1] for k in kernels] == ["forward", "backward", "update", "step"]
-    assert all(float(k[2]) > 0 and float(k[3]) > 0 for k in kernels)  # bound and measured milliseconds
+    named = [(k[1], k[2]) for k in kernels]
+    assert named == [("serial", "forward"), ("serial", "backward + update"), ("serial", "step")] + [
+        ("allreduce", n) for n in ("forward", "backward", "update", "step")
+    ]
+    assert all(float(k[3]) > 0 and float(k[4]) > 0 for k in kernels)  # bound and measured milliseconds
     assert next(tmp_path.glob("bench-*.json")).stat().st_size > 0

@@ -138,3 +138,73 @@ def test_faithful_mode_reproduces_the_original_update():
     forward(correct, layers, x, ws)
     backward(correct, layers, layer_views(correct, g2), x, y, ws, scale=0.01)
     assert not np.allclose(g2, grads)
+
+
+def _step_both_ways(net, x, y, scale=0.05):
+    """One SGD step as gradient-then-subtract and as backward(update=True): the two weight buffers."""
+    params = init_params(net, seed=4)
+    fused = params.copy()
+    grads = np.zeros_like(params)
+    ws = Workspace(net, len(x))
+    forward(net, layer_views(net, params), x, ws)
+    backward(net, layer_views(net, params), layer_views(net, grads), x, y, ws, scale)
+    params -= grads
+    forward(net, layer_views(net, fused), x, ws)
+    backward(net, layer_views(net, fused), layer_views(net, np.zeros_like(fused)), x, y, ws, scale, update=True)
+    return params, fused
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("sizes,batch", [((4, 5, 4, 3), 4), ((3000, 30, 20, 6), 4), ((3000, 30, 20, 6), 32)])
+def test_the_update_folded_into_the_gemm_is_the_subtraction_bit_for_bit(dtype, sizes, batch):
+    from mpinet import blas
+
+    assert blas.fused_available(dtype)  # numpy's pinned wheel brings an ILP64 OpenBLAS
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=(batch, sizes[0])).astype(dtype), rng.integers(0, sizes[-1], batch)
+    params, fused = _step_both_ways(Net(sizes, dtype=np.dtype(dtype)), x, y)
+    assert np.array_equal(params, fused) and not np.array_equal(params, init_params(Net(sizes), 4))
+
+
+def test_without_the_fused_blas_call_backward_still_steps(monkeypatch):
+    from mpinet import blas
+
+    monkeypatch.setenv(blas.OFF, "0")
+    blas._gemm.cache_clear()
+    try:
+        net = Net((50, 6, 3), dtype=np.dtype(np.float64))
+        assert not blas.fused_available(np.float64)
+        rng = np.random.default_rng(3)
+        params, fused = _step_both_ways(net, rng.normal(size=(7, 50)), rng.integers(0, 3, 7))
+        assert np.array_equal(params, fused)
+    finally:
+        blas._gemm.cache_clear()
+
+
+def test_a_strided_batch_of_a_memory_map_is_fused_and_other_layouts_are_refused():
+    from mpinet import blas
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(10, 40))
+    w, d = rng.normal(size=(6, 40)), rng.normal(size=(5, 6))
+    expected = w - d.T @ x[::2]
+    assert blas.subtract_product(w, d, x[::2]) and np.allclose(w, expected, rtol=1e-14)
+    before = w.copy()
+    assert not blas.subtract_product(w, d, np.asfortranarray(x[:5]))  # columns, not rows: refused
+    assert not blas.subtract_product(w, d.astype(np.float32), x[:5])  # mixed dtypes: refused
+    assert np.array_equal(w, before)  # and nothing written
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_first_layer_in_either_order_agrees_to_rounding(dtype):
+    rng = np.random.default_rng(6)
+    net = Net((20000, 30, 6), dtype=np.dtype(dtype))
+    layers = layer_views(net, init_params(net, 1))
+    x = rng.random((16, 20000)).astype(dtype)
+    ws = Workspace(net, 16)
+    assert ws.first_transposed  # small batches take W @ x.T
+    out = forward(net, layers, x, ws).copy()
+    ws.first_transposed = False
+    plain = forward(net, layers, x, ws)
+    assert np.allclose(out, plain, rtol=50 * np.finfo(dtype).eps, atol=0)
+    assert not Workspace(Net((10, 4, 2)), 256).first_transposed  # float32 at 256: x @ W.T is faster

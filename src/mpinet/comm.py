@@ -11,7 +11,8 @@ spends in them, so the training loop reports compute and communication separatel
 The exchanges (`GradientAllreduce`, `LocalSGD`, `ParameterServer`) are what a training step
 ends with, chosen once before the loop (`exchange_for`), the way Horovod hides its
 communication behind `optimizer.step()`: the loop computes an lr-scaled gradient and calls
-`exchange.step`, whatever the design.
+`exchange.step`, whatever the design. Where no rank needs another's gradient (serial, local
+SGD's own steps) `updates_in_backward` says so and backward steps the weights itself.
 
 Why one Allreduce of the whole flat gradient after backprop, with no bucketing and no overlap
 of communication with computation (as PyTorch DDP does): 99.98 % of the Intel network's
@@ -157,10 +158,13 @@ class GradientAllreduce:
 
     def __init__(self, comm: Comm):
         self.comm = comm
+        # serial: backward applies the update itself (mpinet.blas), there is nothing to exchange
+        self.updates_in_backward = comm.mpi is None
 
     def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int) -> None:
-        self.comm.sum_inplace(grads)
-        params -= grads
+        if not self.updates_in_backward:
+            self.comm.sum_inplace(grads)
+            params -= grads
 
 
 class LocalSGD:
@@ -168,12 +172,12 @@ class LocalSGD:
     weights are averaged over the ranks."""
 
     trains = True
+    updates_in_backward = True  # each rank's own step; only the averaging is an exchange
 
     def __init__(self, comm: Comm, every: int):
         self.comm, self.every = comm, every
 
     def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int) -> None:
-        params -= grads
         if (k + 1) % self.every == 0 or k == steps - 1:
             self.comm.sum_inplace(params)
             params *= params.dtype.type(1.0 / self.comm.size)
@@ -182,6 +186,8 @@ class LocalSGD:
 class ParameterServer:
     """Rank 0 holds the main weights and does not train: it applies every worker's update and
     sends the weights back; a worker sends its gradient and receives the new weights."""
+
+    updates_in_backward = False  # a worker sends its gradient
 
     def __init__(self, comm: Comm, n_params: int, dtype):
         self.comm = comm

@@ -9,8 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mpinet import blas
+
 LOSSES = ("l2", "xent")
 EPS = 1e-5  # variance floor of the per-sample standardization
+TRANSPOSED_FIRST_BELOW = {np.float32: 64, np.float64: 1 << 62}  # see Workspace
 
 
 @dataclass
@@ -70,6 +73,23 @@ class Workspace:
         self.inv_std = [np.empty((batch, 1), dtype=dt) for _ in net.sizes[1:-1]]
         self.delta = [np.empty((batch, n), dtype=dt) for n in net.sizes[1:]]
         self.row = np.empty((batch, 1), dtype=dt)
+        # the wide first layer computed as W @ x.T into [units, batch] below these batch sizes:
+        # OpenBLAS packs the operands differently, and at batch 4 that takes 0.61 ms against 0.98 ms
+        # for x @ W.T (67500 x 30, one thread); float32 at 64 and above it is 3-10 % slower, float64
+        # is faster at every size measured (docs/performance.md). A fixed rule, not a timing at
+        # start-up: the two orders can round differently, and a run must be reproducible.
+        self.first_transposed = batch < TRANSPOSED_FIRST_BELOW.get(dt.type, 0)
+        self.first_t = np.empty((net.sizes[1], batch), dtype=dt) if self.first_transposed else None
+
+
+def _first_layer(w: np.ndarray, x: np.ndarray, z: np.ndarray, ws: Workspace) -> None:
+    """z = x @ w.T, in the order the workspace chose."""
+    if ws.first_transposed:
+        zt = ws.first_t[:, : len(x)]
+        np.matmul(w, x.T, out=zt)
+        z[...] = zt.T
+    else:
+        np.matmul(x, w.T, out=z)
 
 
 def forward(net: Net, layers, x: np.ndarray, ws: Workspace) -> np.ndarray:
@@ -79,7 +99,10 @@ def forward(net: Net, layers, x: np.ndarray, ws: Workspace) -> np.ndarray:
     last = len(layers) - 1
     for i, (w, b) in enumerate(layers):
         z = ws.a[i][:n]
-        np.matmul(a_prev, w.T, out=z)
+        if i == 0:
+            _first_layer(w, a_prev, z, ws)
+        else:
+            np.matmul(a_prev, w.T, out=z)
         z += b
         if i < last:
             if net.standardize:
@@ -109,11 +132,14 @@ def loss_and_correct(net: Net, out: np.ndarray, y: np.ndarray) -> tuple[float, i
     return loss, int(np.count_nonzero(np.argmax(out, axis=1) == y))
 
 
-def backward(net: Net, layers, grads, x: np.ndarray, y: np.ndarray, ws: Workspace, scale: float) -> None:
-    """Write scale * d(summed loss)/d(params) into the gradient views `grads`, after forward(x).
+def backward(net: Net, layers, grads, x: np.ndarray, y: np.ndarray, ws: Workspace, scale: float, update=False) -> None:
+    """Write scale * d(summed loss)/d(params) into the gradient views `grads`, after forward(x);
+    with update=True subtract it from the weights `layers` instead (the serial SGD step).
 
     Training passes scale = learning_rate / global_batch, so the gradient buffer already
-    holds the averaged, lr-scaled step and the update is one subtraction.
+    holds the averaged, lr-scaled step and the update is one subtraction. The update folds it into
+    the weight-gradient GEMM (mpinet.blas): the gradient is never written, two passes over the
+    weights fewer. Each layer's error is propagated through its weights before they change.
     """
     n = len(x)
     last = len(layers) - 1
@@ -127,19 +153,29 @@ def backward(net: Net, layers, grads, x: np.ndarray, y: np.ndarray, ws: Workspac
         _mul_sigmoid_prime(d, out)
     d *= s
     for i in range(last, -1, -1):
-        w, _ = layers[i]
-        gw, gb = grads[i]
         d = ws.delta[i][:n]
-        np.matmul(d.T, x if i == 0 else ws.a[i - 1][:n], out=gw)
-        np.sum(d, axis=0, out=gb)
-        if i == 0:
-            break  # no gradient with respect to the input
-        d_prev = ws.delta[i - 1][:n]
-        # the original propagated the raw output error, without the output sigmoid's derivative
-        np.matmul(raw_error if net.faithful and i == last else d, w, out=d_prev)
-        _mul_sigmoid_prime(d_prev, ws.a[i - 1][:n])
-        if net.standardize and not net.faithful:  # the original ignored the standardization's Jacobian
-            _standardize_backward(d_prev, ws.h[i - 1][:n], ws.inv_std[i - 1][:n], ws.row[:n])
+        a_in = x if i == 0 else ws.a[i - 1][:n]
+        if i > 0:
+            d_prev = ws.delta[i - 1][:n]
+            # the original propagated the raw output error, without the output sigmoid's derivative
+            np.matmul(raw_error if net.faithful and i == last else d, layers[i][0], out=d_prev)
+            _mul_sigmoid_prime(d_prev, ws.a[i - 1][:n])
+            if net.standardize and not net.faithful:  # the original ignored the standardization's Jacobian
+                _standardize_backward(d_prev, ws.h[i - 1][:n], ws.inv_std[i - 1][:n], ws.row[:n])
+        _layer_gradient(layers[i], grads[i], d, a_in, update)
+
+
+def _layer_gradient(layer, grad, d: np.ndarray, a_in: np.ndarray, update: bool) -> None:
+    """grad = (d.T @ a_in, sum d), or with update the layer's weights minus it."""
+    (w, b), (gw, gb) = layer, grad
+    np.sum(d, axis=0, out=gb)
+    if not update:
+        np.matmul(d.T, a_in, out=gw)
+        return
+    if not blas.subtract_product(w, d, a_in):
+        np.matmul(d.T, a_in, out=gw)
+        w -= gw
+    b -= gb
 
 
 # --- elementwise helpers, all in place and dtype-preserving ---------------------------

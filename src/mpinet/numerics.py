@@ -7,7 +7,10 @@ The fingerprint hashes the syntax tree of NUMERICS_MODULES with docstrings remov
 not in the tree). tests/test_numerics.py trains tiny fixed float64 experiments and fails when their
 weights change while the fingerprint does not: code outside these modules that changes numbers
 needs NUMERICS_VERSION bumped. A refactor that test shows to leave every weight as it was keeps
-the fingerprint through SAME_NUMBERS, so upgrading over it retrains nothing.
+the fingerprint through SAME_NUMBERS, so upgrading over it retrains nothing. A change that makes
+the engine faster with the same weights is not such a refactor: a run's timings are its numbers
+too, and a study whose serial baseline and parallel runs came from two engines would divide one
+engine's time by the other's, so it gets a new fingerprint (the fused update of 2026-12-02 did).
 """
 
 import ast
@@ -16,10 +19,10 @@ from functools import cache
 from pathlib import Path
 
 NUMERICS_VERSION = 1
-# The forward/backward/update, the exchange between ranks, the data as the trainer reads it, and the
-# epoch loop; not the options' help texts, the CLI, checkpoints or run.json (mpinet.options, .cli,
-# .checkpoint, .runfiles).
-NUMERICS_MODULES = ("model.py", "comm.py", "dataset.py", "train.py")
+# The forward/backward/update (and the BLAS call it fuses), the exchange between ranks, the data as
+# the trainer reads it, and the epoch loop; not the options' help texts, the CLI, checkpoints or
+# run.json (mpinet.options, .cli, .checkpoint, .runfiles).
+NUMERICS_MODULES = ("model.py", "blas.py", "comm.py", "dataset.py", "train.py")
 # Refactors of NUMERICS_MODULES after which tests/test_numerics.py still gives the recorded weights:
 # the code's new hash -> the fingerprint the runs before it were trained under. Only ever add an
 # entry when that test's weights match (it fails otherwise); a numeric change bumps NUMERICS_VERSION.

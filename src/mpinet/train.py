@@ -24,7 +24,15 @@ import numpy as np
 from mpinet import MpinetError, dataset
 from mpinet.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint, signature
 from mpinet.comm import Comm, exchange_for
-from mpinet.model import Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
+from mpinet.model import (
+    Net,
+    Workspace,
+    backward,
+    forward,
+    init_params,
+    layer_views,
+    loss_and_correct,
+)
 from mpinet.options import Options, check_options, data_ranks, train_size
 
 METRIC_COLUMNS = (
@@ -173,7 +181,7 @@ class _Run:
                 x, y = _rows_of(self.arrays, rows, self.xbuf, opts.shuffle, self.subset is None)
                 # forward and backward: the loss on those rows and the lr-scaled gradient, in grads
                 scale = _step_scale(opts, len(batch), len(mine))
-                sums += _gradient(self.net, self.layers, self.grad_layers, self.grads, x, y, self.ws, scale)
+                sums += _gradient(self, x, y, scale)
             # exchange: combine the ranks' updates and step (Allreduce, local SGD or the server)
             before, arrived = comm.seconds, time.perf_counter()
             self.exchange.step(self.params, self.grads, k, steps)
@@ -213,14 +221,17 @@ def _rows_of(arrays: dataset.Arrays, rows: np.ndarray, xbuf: np.ndarray, shuffle
     return _rows(arrays.train_x, rows, xbuf), np.asarray(arrays.train_y[rows])
 
 
-def _gradient(net, layers, grad_layers, grads, x, y, ws, scale) -> tuple[float, int, int]:
-    """(loss, correct, rows) of x and the scaled gradient in grads (zero when the slot is empty)."""
+def _gradient(run: _Run, x, y, scale) -> tuple[float, int, int]:
+    """(loss, correct, rows) of x, and the scaled gradient in run.grads (zero when the slot is
+    empty) or, where the exchange wants no gradient, the update applied to run.params."""
+    fused = run.exchange.updates_in_backward
     if not len(y):
-        grads.fill(0)
+        if not fused:
+            run.grads.fill(0)
         return 0.0, 0, 0
-    out = forward(net, layers, x, ws)
-    loss, correct = loss_and_correct(net, out, y)
-    backward(net, layers, grad_layers, x, y, ws, scale)
+    out = forward(run.net, run.layers, x, run.ws)
+    loss, correct = loss_and_correct(run.net, out, y)
+    backward(run.net, run.layers, run.grad_layers, x, y, run.ws, scale, update=fused)
     return loss, correct, len(y)
 
 
