@@ -52,6 +52,16 @@ def test_outputs_are_tidy_and_complete(small_dataset, tmp_path):
     meta = json.loads((tmp_path / "o" / "run.json").read_text())
     assert meta["options"]["dtype"] == "float64" and meta["ranks"] == 1 and meta["hosts"]
     assert meta["blas"] and meta["blas"][0]["num_threads"] == 1
+    assert meta["fused_update"] is True  # serial, with numpy's OpenBLAS
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("extra,fused", [(("--algorithm", "allreduce"), False), (("--sync-every", "2"), True)])
+def test_run_json_says_whether_the_update_was_fused(small_dataset, tmp_path, extra, fused):
+    """Allreduce sends the gradient, so it keeps the separate update; local SGD's own steps fold it."""
+    extra = extra if extra[0] == "--algorithm" else ("--algorithm", "allreduce", *extra)
+    run_train(2, *_args(small_dataset, tmp_path / "o", *extra))
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["fused_update"] is fused
 
 
 @pytest.mark.mpi

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpinet import __version__, dataset, numerics
+from mpinet import __version__, blas, dataset, numerics
 from mpinet.comm import Comm, mpi_library_version
 from mpinet.layout import CONFUSION_FILE, METRICS_FILE, RECORD_FILE, WEIGHTS_FILE
 from mpinet.options import Options, data_ranks, train_size
@@ -96,6 +96,9 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
             if i.get("user_api") == "blas"
         ],
         "blas_threads": opts.blas_threads,
+        # the step's update folded into the gradient GEMM (mpinet.blas): serial and local SGD's own
+        # steps, where numpy's BLAS allows it; False means matmul, then subtract (slower, same numbers)
+        "fused_update": bool(_steps_in_backward(opts, comm) and blas.fused_available(opts.dtype)),
         "affinity": [[int(c) for c in a.split(",") if c] for a in affinity],  # by rank
         "environment": {k: os.environ[k] for k in RECORDED_ENVIRONMENT if k in os.environ},
         # set by srun in every task it starts: shows the ranks came from SLURM, and how many
@@ -114,3 +117,8 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
             "launcher": launcher,
         }
     return meta
+
+
+def _steps_in_backward(opts: Options, comm: Comm) -> bool:
+    """Whether this design's exchange leaves the update to backward (mpinet.comm's exchanges)."""
+    return comm.mpi is None or (opts.algorithm != "paramserver" and opts.sync_every > 1)
