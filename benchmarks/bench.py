@@ -28,6 +28,10 @@ from mpinet.model import Net
 
 CLASSES = 6  # the Intel data's classes
 _BEFORE: list[str] = []  # --before's directory, for run_ours
+# In --kernels-worker, every rank times the same kernels at once on its own half of the rows
+# (a bound for ranks that share one node's memory bus): this rank's share, and a barrier before
+# each timing so the ranks' kernels overlap.
+_SHARE = {"rank": 0, "size": 1, "sync": lambda: None}
 INTEL_SAMPLES = 14_034
 
 
@@ -37,6 +41,8 @@ def main(argv=None) -> int:
         return allreduce_worker(a)
     if a.ddp_worker:
         return ddp_worker(a)
+    if a.kernels_worker:
+        return kernels_worker(a)
     os.environ["OMP_NUM_THREADS"] = "1"
     hidden = tuple(a.hidden)
     torch_ok = _has_torch() and not a.no_torch
@@ -68,6 +74,11 @@ def main(argv=None) -> int:
         bandwidth |= {dt: memory_bandwidth(n_params * np.dtype(dt).itemsize, dt) for dt in a.dtypes}
         steps = kernels(data, a.features, hidden, a.batches, a.dtypes, gemm, bandwidth)
         allreduce = {dt: allreduce_time(n_params, dt) for dt in a.dtypes} if max(a.ranks) > 1 else {}
+        # the kernels again with every rank of a P-rank run busy at once: what sharing one node costs
+        shared = {p: shared_kernels(data, a, p) for p in a.ranks if p > 1}
+    for p, k in shared.items():  # beside the kernels alone in the kernel table
+        for key in k:
+            steps[key][f"allreduce, {p} ranks at once"] = k[key]["allreduce"]
     report = summarize(runs, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -101,6 +112,7 @@ def parse_args(argv):
     p.add_argument("--out", default="benchmarks/results", help="directory for the JSON and Markdown results")
     p.add_argument("--allreduce-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--kernels-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     p.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
@@ -345,8 +357,9 @@ def stream_time(data: Path, batch: int) -> float:
     """Seconds to read one batch of the training file's rows that no earlier call touched, one
     batch after another as training does (a sum over the rows; the median over the file's batches):
     the rows come from further than the parameters, which stay in the caches from step to step."""
-    x = np.load(data / "train_x.npy", mmap_mode="r")
+    x = _my_rows(data)
     acc = np.empty(x.shape[1], dtype=x.dtype)
+    _SHARE["sync"]()
     times = []
     for _ in range(2):  # the first pass maps the pages
         times.clear()
@@ -484,6 +497,9 @@ def summarize(runs, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth) ->
 
 def _roofline(k: dict, design: str, ranks: int, allreduce_s: float, n_steps: int, epoch_s: float) -> float:
     """The share of the roofline an epoch reaches: steps x the step's bound over the epoch's time.
+    Every design's bound is its kernels alone: the same kernels timed with P ranks at once (the
+    kernel table's "P ranks at once" rows) show the cost of sharing a node, but are no lower bound
+    (both ranks stream all the time there, while in training one often waits in the reduction).
     The parameter server has none here: its rank 0 serves the workers one after another."""
     if design not in k:
         return float("nan")
@@ -556,6 +572,7 @@ def headline_lines(t, a, n_params) -> list[str]:
 
 
 def _median_time(fn, min_reps=5, min_seconds=0.2, stat=statistics.median) -> float:
+    _SHARE["sync"]()
     fn()
     times, start = [], time.perf_counter()
     while len(times) < min_reps or time.perf_counter() - start < min_seconds:
@@ -575,7 +592,7 @@ class _Batches:
     reads them (shuffle=batches), so a kernel timed on them reads rows no earlier call cached."""
 
     def __init__(self, data: Path, batch: int, dtype):
-        self.x = np.load(data / "train_x.npy", mmap_mode="r")
+        self.x = _my_rows(data)
         self.batch, self.dtype, self.k = batch, np.dtype(dtype), 0
         self.buf = np.empty((batch, self.x.shape[1]), dtype=dtype)
 
@@ -587,6 +604,38 @@ class _Batches:
             return rows
         self.buf[...] = rows  # float64 runs convert as the trainer does
         return self.buf
+
+
+def _my_rows(data: Path) -> np.ndarray:
+    """The training file's rows this rank reads (all of them outside --kernels-worker)."""
+    x = np.load(data / "train_x.npy", mmap_mode="r")
+    k = len(x) // _SHARE["size"]
+    return x[_SHARE["rank"] * k : (_SHARE["rank"] + 1) * k]
+
+
+def shared_kernels(data, a, ranks: int) -> dict:
+    """kernels() as rank 0 measures them while `ranks` ranks run the same kernels at once."""
+    cmd = [*mpiexec_argv(ranks), sys.executable, __file__, "--kernels-worker", "--data", str(data)]
+    cmd += ["--features", str(a.features), "--hidden", *map(str, a.hidden), "--batches", *map(str, a.batches)]
+    p = subprocess.run([*cmd, "--dtypes", *a.dtypes], check=True, capture_output=True, text=True, timeout=1800)
+    return json.loads(p.stdout)
+
+
+def kernels_worker(a) -> int:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    _SHARE.update(rank=comm.Get_rank(), size=comm.Get_size(), sync=comm.Barrier)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    data, hidden = Path(a.data), tuple(a.hidden)
+    gemm = gemm_limits(a.features, hidden[0], a.batches, a.dtypes)
+    n_params = Net((a.features, *hidden, CLASSES)).n_params
+    bandwidth = {"dram": memory_bandwidth(256 << 20)}
+    bandwidth |= {dt: memory_bandwidth(n_params * np.dtype(dt).itemsize, dt) for dt in a.dtypes}
+    steps = kernels(data, a.features, hidden, a.batches, a.dtypes, gemm, bandwidth)
+    if comm.Get_rank() == 0:
+        print(json.dumps(steps))
+    return 0
 
 
 def _blas() -> str:

@@ -24,8 +24,8 @@ def test_benchmark_script_writes_its_table(tmp_path):
     assert "roofline %" in table and "at the parameter buffer's size" in table
     kernels = [row.split(" | ") for row in table.splitlines() if row.startswith("| float32/4 |")]
     named = [(k[1], k[2]) for k in kernels]
-    assert named == [("serial", "forward"), ("serial", "backward + update"), ("serial", "step")] + [
-        ("allreduce", n) for n in ("forward", "backward", "update", "step")
-    ]
+    alone = [("allreduce", n) for n in ("forward", "backward", "update", "step")]
+    at_once = [("allreduce, 2 ranks at once", n) for n in ("forward", "backward", "update", "step")]
+    assert named == [("serial", "forward"), ("serial", "backward + update"), ("serial", "step"), *alone, *at_once]
     assert all(float(k[3]) > 0 and float(k[4]) > 0 for k in kernels)  # bound and measured milliseconds
     assert next(tmp_path.glob("bench-*.json")).stat().st_size > 0
