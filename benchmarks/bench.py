@@ -27,10 +27,8 @@ from mpinet.launcher import mpiexec_argv
 from mpinet.model import Net
 
 CLASSES = 6  # the Intel data's classes
-_BEFORE: list[str] = []  # --before's directory, for run_ours
-# In --kernels-worker, every rank times the same kernels at once on its own half of the rows
-# (a bound for ranks that share one node's memory bus): this rank's share, and a barrier before
-# each timing so the ranks' kernels overlap.
+# In --kernels-worker, every rank times the same kernels at once on its own half of the rows (what
+# sharing one node costs): this rank's share, and a barrier before each timing so the ranks overlap.
 _SHARE = {"rank": 0, "size": 1, "sync": lambda: None}
 INTEL_SAMPLES = 14_034
 
@@ -51,7 +49,6 @@ def main(argv=None) -> int:
         designs = [("serial", 1), *[("allreduce", p) for p in a.ranks], *[("paramserver", p) for p in a.ranks if p > 1]]
         runs = []
         # the engine before a change (--before) and without the fused update (--unfused), beside it
-        _BEFORE[:] = [a.before] if a.before else []
         variants = {d: ("before",) * bool(a.before) for d in ("serial", "allreduce")}
         if a.unfused:
             variants["serial"] += ("unfused",)
@@ -62,17 +59,15 @@ def main(argv=None) -> int:
                 for b in a.batches:
                     for algorithm, p in designs:
                         for impl in ("mpinet", *variants.get(algorithm, ())):
-                            runs.append(run_ours(data, Path(tmp), algorithm, p, b, dtype, hidden, a.epochs, rep, impl))
+                            cell = (algorithm, p, b, dtype, hidden, a.epochs, rep, impl, a.before)
+                            runs.append(run_ours(data, Path(tmp), *cell))
                             _progress(len(runs), total, runs[-1])
                     if torch_ok:
                         for p in a.ranks:
                             runs.append(run_ddp(data, b, dtype, hidden, a.epochs, p, rep))
                             _progress(len(runs), total, runs[-1])
-        gemm = gemm_limits(a.features, hidden[0], a.batches, a.dtypes)
+        gemm, bandwidth, steps = measure_kernels(data, a)
         n_params = Net((a.features, *hidden, CLASSES)).n_params
-        bandwidth = {"dram": memory_bandwidth(256 << 20)}
-        bandwidth |= {dt: memory_bandwidth(n_params * np.dtype(dt).itemsize, dt) for dt in a.dtypes}
-        steps = kernels(data, a.features, hidden, a.batches, a.dtypes, gemm, bandwidth)
         allreduce = {dt: allreduce_time(n_params, dt) for dt in a.dtypes} if max(a.ranks) > 1 else {}
         # the kernels again with every rank of a P-rank run busy at once: what sharing one node costs
         shared = {p: shared_kernels(data, a, p) for p in a.ranks if p > 1}
@@ -139,8 +134,8 @@ def make_data(d: Path, n: int, features: int) -> Path:
     return d
 
 
-def run_ours(data, tmp, algorithm, ranks, batch, dtype, hidden, epochs, rep, impl="mpinet") -> dict:
-    """One training run; impl "before" runs the package at --before, "unfused" this one without
+def run_ours(data, tmp, algorithm, ranks, batch, dtype, hidden, epochs, rep, impl="mpinet", before=None) -> dict:
+    """One training run; impl "before" runs the package in `before` (--before), "unfused" this one without
     the fused update (mpinet.blas.OFF), for the gains of an engine change measured side by side."""
     out = tmp / f"run-{impl}-{algorithm}-{ranks}-{batch}-{dtype}-{rep}"
     args = ["--data", data, "--out", out, "--algorithm", algorithm, "--expect-ranks", ranks, "--batch-size", batch]
@@ -151,7 +146,7 @@ def run_ours(data, tmp, algorithm, ranks, batch, dtype, hidden, epochs, rep, imp
         cmd = [*mpiexec_argv(ranks), sys.executable, "-m", "mpi4py", "-m", "mpinet.train"]
     env = dict(os.environ)
     if impl == "before":
-        env["PYTHONPATH"] = str(Path(_BEFORE[0]).resolve())
+        env["PYTHONPATH"] = str(Path(before).resolve())
     elif impl == "unfused":
         env["MPINET_FUSED_UPDATE"] = "0"
     subprocess.run([*cmd, *map(str, args)], check=True, capture_output=True, timeout=1800, env=env)
@@ -351,6 +346,17 @@ def kernels(data, features, hidden, batches, dtypes, gemm, bandwidth) -> dict:
                     },
                 }
     return out
+
+
+def measure_kernels(data: Path, a) -> tuple[dict, dict, dict]:
+    """The GEMM limits, the memory bandwidths (256 MB and at the parameters' size) and the step's
+    kernels beside their bounds, for the workload in `a`."""
+    hidden = tuple(a.hidden)
+    gemm = gemm_limits(a.features, hidden[0], a.batches, a.dtypes)
+    n_params = Net((a.features, *hidden, CLASSES)).n_params
+    bandwidth = {"dram": memory_bandwidth(256 << 20)}
+    bandwidth |= {dt: memory_bandwidth(n_params * np.dtype(dt).itemsize, dt) for dt in a.dtypes}
+    return gemm, bandwidth, kernels(data, a.features, hidden, a.batches, a.dtypes, gemm, bandwidth)
 
 
 def stream_time(data: Path, batch: int) -> float:
@@ -627,12 +633,7 @@ def kernels_worker(a) -> int:
     comm = MPI.COMM_WORLD
     _SHARE.update(rank=comm.Get_rank(), size=comm.Get_size(), sync=comm.Barrier)
     os.environ["OMP_NUM_THREADS"] = "1"
-    data, hidden = Path(a.data), tuple(a.hidden)
-    gemm = gemm_limits(a.features, hidden[0], a.batches, a.dtypes)
-    n_params = Net((a.features, *hidden, CLASSES)).n_params
-    bandwidth = {"dram": memory_bandwidth(256 << 20)}
-    bandwidth |= {dt: memory_bandwidth(n_params * np.dtype(dt).itemsize, dt) for dt in a.dtypes}
-    steps = kernels(data, a.features, hidden, a.batches, a.dtypes, gemm, bandwidth)
+    _, _, steps = measure_kernels(Path(a.data), a)
     if comm.Get_rank() == 0:
         print(json.dumps(steps))
     return 0

@@ -19,6 +19,8 @@ import pytest
 from conftest import REPO
 from test_workflow import TINY, copy_env, planned, snakemake, write_config
 
+from mpinet.layout import RECORD_FILE, RUNS_ROOT
+
 pytestmark = pytest.mark.workflow
 
 RELEASED = "f24b3eaa8b7ef92e3e1fe2633315a125df316eed"  # the fused-update engine, 2026-12-02
@@ -63,7 +65,7 @@ def test_upgrading_retrains_only_across_an_engine_change_and_re_prepares_nothing
     write_config(wd, config)
     assert copy_env(wd)["PYTHONPATH"] == str(wd / "src")  # the release's own package runs it
     snakemake(wd)
-    trained = len(list((wd / "results" / "runs").rglob("run.json")))
+    trained = len(list((wd / RUNS_ROOT).rglob(RECORD_FILE)))
     assert trained >= 4
 
     changed = _pull(wd, old)

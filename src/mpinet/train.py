@@ -24,15 +24,7 @@ import numpy as np
 from mpinet import MpinetError, dataset
 from mpinet.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint, signature
 from mpinet.comm import Comm, exchange_for
-from mpinet.model import (
-    Net,
-    Workspace,
-    backward,
-    forward,
-    init_params,
-    layer_views,
-    loss_and_correct,
-)
+from mpinet.model import Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
 from mpinet.options import Options, check_options, data_ranks, train_size
 
 METRIC_COLUMNS = (
