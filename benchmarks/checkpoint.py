@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mpinet.tables import prepare_table
+from mpinet.csvdata import prepare_table
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mpinet.csvdata import prepare_table
 from mpinet.launcher import mpiexec_argv
-from mpinet.tables import prepare_table
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

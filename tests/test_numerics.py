@@ -32,28 +32,29 @@ def trained(iris_dataset, tmp_path) -> dict[str, list[float]]:
 
 @pytest.mark.mpi
 def test_recorded_weights_change_only_with_the_numerics_fingerprint(iris_dataset, tmp_path):
-    from mpinet.numerics import code_hash, fingerprint
+    from mpinet.fingerprints import NUMERICS
 
-    now = {"fingerprint": fingerprint(), "weights": trained(iris_dataset, tmp_path)}
+    now = {"fingerprint": NUMERICS.value(), "weights": trained(iris_dataset, tmp_path)}
     if os.environ.get("MPINET_RECORD_NUMERICS"):
         REFERENCE.write_text(json.dumps(now, indent=1) + "\n")
     recorded = json.loads(REFERENCE.read_text())
     same = {k: np.allclose(now["weights"][k], recorded["weights"][k], rtol=1e-9, atol=1e-12) for k in EXPERIMENTS}
     changed = [k for k, ok in same.items() if not ok]
     assert not changed or now["fingerprint"] != recorded["fingerprint"], (
-        f"the numbers of {changed} changed but the numerics fingerprint did not: bump NUMERICS_VERSION in "
-        "src/mpinet/numerics.py (or move the code that changed them into NUMERICS_MODULES), then record "
+        f"the numbers of {changed} changed but the numerics fingerprint did not: bump NUMERICS' version in "
+        "src/mpinet/fingerprints.py (or add the module that changed them to its modules), then record "
         "with MPINET_RECORD_NUMERICS=1 pytest tests/test_numerics.py"
     )
     assert now["fingerprint"] == recorded["fingerprint"], (
         "the numerics fingerprint changed: every study retrains. The same weights (a refactor): map the "
-        f"code's hash to the recorded fingerprint in SAME_NUMBERS, {code_hash()!r}: {recorded['fingerprint']!r}; "
+        f"code's hash to the recorded fingerprint in NUMERICS' `same`, "
+        f"{NUMERICS.code_hash()!r}: {recorded['fingerprint']!r}; "
         "new numbers: record the new reference with MPINET_RECORD_NUMERICS=1 pytest tests/test_numerics.py"
     )
 
 
 def test_comments_docstrings_and_layout_leave_the_code_shape_alone():
-    from mpinet.numerics import code_shape
+    from mpinet.fingerprints import code_shape
 
     before = 'def f(x):\n    """Scale."""\n    return 2 * x\n'
     after = '"""A module."""\n\n\ndef f(x):  # why\n    """Scale it, better said."""\n\n    return 2 * x\n'
@@ -61,46 +62,43 @@ def test_comments_docstrings_and_layout_leave_the_code_shape_alone():
     assert code_shape(before) != code_shape(before.replace("2 * x", "3 * x"))
 
 
-def test_the_fingerprint_covers_the_modules_that_compute_and_not_the_cli(tmp_path, monkeypatch):
+def test_the_fingerprint_covers_the_modules_that_compute_and_not_the_cli(tmp_path):
+    import dataclasses
     import shutil
 
     import mpinet
-    from mpinet import numerics
+    from mpinet import fingerprints
 
     package = tmp_path / "mpinet"
     shutil.copytree(Path(mpinet.__file__).parent, package)
-    monkeypatch.setattr(numerics, "__file__", str(package / "numerics.py"))
+    guard = dataclasses.replace(fingerprints.NUMERICS, root=package)
 
     def fingerprint_after(module, old, new):
         path = package / module
         text = path.read_text()
         assert old in text, (module, old)
         path.write_text(text.replace(old, new, 1))
-        numerics.fingerprint.cache_clear()
+        fingerprints._code_hash.cache_clear()
         try:
-            return numerics.fingerprint()
+            return guard.value()
         finally:
             path.write_text(text)
+            fingerprints._code_hash.cache_clear()
 
-    numerics.fingerprint.cache_clear()
-    base = numerics.fingerprint()
+    base = guard.value()
+    assert base == fingerprints.NUMERICS.value()
     assert fingerprint_after("train.py", '"""Training:', '# a comment\n"""Training, said otherwise:') == base
     assert fingerprint_after("cli.py", "def main(", "def _unused():\n    pass\n\n\ndef main(") == base
     assert fingerprint_after("runfiles.py", '"ranks": comm.size,', '"ranks": comm.size, "extra": 1,') == base
     assert fingerprint_after("model.py", "def _sigmoid(", "def _unused():\n    pass\n\n\ndef _sigmoid(") != base
     assert fingerprint_after("comm.py", "class Comm:", "X = 1\n\n\nclass Comm:") != base
-    numerics.fingerprint.cache_clear()
 
 
-def test_a_refactor_keeps_the_fingerprint_only_through_an_entry_and_a_version_bump_undoes_it(monkeypatch):
-    from mpinet import numerics
+def test_a_refactor_keeps_the_fingerprint_only_through_an_entry_and_a_version_bump_undoes_it():
+    import dataclasses
 
-    numerics.fingerprint.cache_clear()
-    try:
-        assert numerics.fingerprint() in (numerics.code_hash(), numerics.SAME_NUMBERS.get(numerics.code_hash()))
-        monkeypatch.setattr(numerics, "NUMERICS_VERSION", numerics.NUMERICS_VERSION + 1)
-        numerics.fingerprint.cache_clear()
-        bumped = numerics.fingerprint()
-        assert bumped == numerics.code_hash() and bumped not in numerics.SAME_NUMBERS.values()
-    finally:
-        numerics.fingerprint.cache_clear()
+    from mpinet.fingerprints import NUMERICS
+
+    assert NUMERICS.value() in (NUMERICS.code_hash(), NUMERICS.same.get(NUMERICS.code_hash()))
+    bumped = dataclasses.replace(NUMERICS, version=NUMERICS.version + 1)
+    assert bumped.value() == bumped.code_hash() and bumped.value() not in NUMERICS.same.values()

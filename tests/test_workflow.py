@@ -252,6 +252,33 @@ def test_code_edits_rerun_exactly_the_jobs_whose_numbers_they_change(workdir):
     assert planned(workdir) == {}
 
 
+def test_a_release_and_data_code_refactors_refetch_reprepare_and_retrain_nothing(workdir):
+    package = workdir / "src/mpinet"
+    old = {m: (package / m).read_text() for m in ("__init__.py", "images.py", "fetch.py", "datacli.py")}
+    data_jobs = {"make_synthetic", "fetch", "prepare", "train_single", "train_mpi"}
+    try:
+        # a new version number, a comment, a docstring, a help text: the data and the runs stand
+        (package / "__init__.py").write_text(
+            re.sub(r'__version__ = "[^"]+"', '__version__ = "9.9.9"', old["__init__.py"])
+        )
+        (package / "images.py").write_text(old["images.py"] + "\n# edited\n")
+        (package / "fetch.py").write_text(
+            old["fetch.py"].replace('"""Fetch a dataset', '"""Fetch, reworded, a dataset', 1)
+        )
+        (package / "datacli.py").write_text(old["datacli.py"].replace('"the zip file to write"', '"the zip to write"'))
+        jobs = planned(workdir)
+        assert not data_jobs & set(jobs), jobs
+        # a change to how data is read re-prepares both datasets and retrains, but fetches nothing
+        (package / "images.py").write_text(old["images.py"] + "\nX = 1\n")
+        jobs = planned(workdir)
+        assert jobs["prepare"] == 2 and jobs["train_single"] == 4 and jobs["train_mpi"] == 3, jobs
+        assert "fetch" not in jobs and "make_synthetic" not in jobs, jobs
+    finally:
+        for m, text in old.items():
+            (package / m).write_text(text)
+    assert not data_jobs & set(planned(workdir))
+
+
 @pytest.mark.parametrize(
     "change,message",
     [
@@ -385,7 +412,7 @@ def test_data_error_through_snakemake_is_one_line_and_leaves_nothing(tmp_path):
     write_config(wd, cfg)
     p = snakemake(wd, check=False, timeout=300)
     assert p.returncode != 0
-    errors = [line for line in (p.stdout + p.stderr).splitlines() if line.startswith("error:")]
+    errors = [line for line in (p.stdout + p.stderr).splitlines() if line.startswith("mpinet.datacli: error:")]
     assert len(errors) == 1 and "forest/00001.jpg: cannot decode image" in errors[0]
     assert not (wd / "resources/data/photos").exists()
     assert "cannot decode image" in (wd / "logs/data/prepare_photos.log").read_text()

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mpinet import dataset, numerics
+from mpinet import dataset
+from mpinet.fingerprints import NUMERICS
 from mpinet.layout import CHECKPOINTS, RECORD_FILE
 from mpinet.options import Options
 
@@ -25,7 +26,7 @@ def signature(opts: Options, arrays: dataset.Arrays, ranks: int) -> str:
             "options": asdict(opts),
             "ranks": ranks,
             "data": arrays.fingerprint,
-            "code": numerics.fingerprint(),
+            "code": NUMERICS.value(),
         },
         sort_keys=True,
     )

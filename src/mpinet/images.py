@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from mpinet import MpinetError, dataset
 from mpinet.fetch import is_metadata
-from mpinet.tables import stratified_split
+from mpinet.split import stratified_split
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 SPLIT_NAMES = {"train": ("seg_train", "train"), "test": ("seg_test", "test"), "pred": ("seg_pred", "pred")}
@@ -77,6 +77,45 @@ def prepare_images(
     if image_size < 1:
         raise MpinetError(f"image_size must be a positive integer, got {image_size}")
     splits = find_splits(root)
+    classes, jobs, test_split = _labelled_splits(splits, test_fraction, seed)
+    if include_pred and splits["pred"] is not None:
+        pred = sorted(
+            f for f in splits["pred"].iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and not is_metadata(f.name)
+        )
+        jobs.append(("pred", pred, None))
+    with dataset.staging_dir(out_dir) as staging:
+        skipped: list[dict] = []
+        counts = _decode_splits(root, jobs, classes, staging, image_size, skip_bad_images, skipped, workers)
+        channel_stats = _standardize_splits(staging, [split for split, *_ in jobs]) if standardize else None
+        train_x = np.load(staging / "train_x.npy", mmap_mode="r")
+        summary = {
+            "format": "images",
+            "source": source or str(root),
+            "classes": classes,
+            "counts": counts,
+            "shapes": {s: list(np.load(staging / f"{s}_x.npy", mmap_mode="r").shape) for s, *_ in jobs},
+            "dtype": "float32",
+            "image_size": image_size,
+            "layout": "height x width x RGB, flattened",
+            "standardization": channel_stats,
+            "values": dataset.value_stats(train_x),
+            "test_split": test_split,
+            "skipped_files": skipped,
+            "duplicates_dropped": 0,
+            "synthetic": (Path(root) / SYNTHETIC_MARKER).exists(),
+        }
+        del train_x
+        for extra in ("train_files.txt", "test_files.txt", "pred_x.npy", "pred_files.txt"):  # before the summary
+            if (staging / extra).exists():
+                Path(out_dir).mkdir(parents=True, exist_ok=True)
+                os.replace(staging / extra, Path(out_dir) / extra)
+        dataset.write(out_dir, staging, classes, summary)
+    return summary
+
+
+def _labelled_splits(splits: dict, test_fraction: float, seed: int) -> tuple[list[str], list[tuple], str]:
+    """The classes, the (split, files, labels) of train and test, and where the test split came from:
+    the test folder, or a seeded stratified split of the training folder when there is none."""
     train_cls = list_labelled(splits["train"])
     classes = sorted(train_cls)
     if len(classes) < 2:
@@ -92,68 +131,42 @@ def prepare_images(
                 f"(only in train: {only_train or 'none'}; only in test: {only_test or 'none'})"
             )
         test_files, test_y = _flatten(test_cls, classes)
-        made_split = False
+        test_split = str(splits["test"])
     else:
         tr, te = stratified_split(train_y, test_fraction, seed)
         test_files, test_y = [train_files[i] for i in te], train_y[te]
         train_files, train_y = [train_files[i] for i in tr], train_y[tr]
-        made_split = True
-
+        test_split = "made from the training folder"
     # Training rows are stored in a seeded random order (contiguous batches are then random mixtures);
     # train_files.txt says which file each row came from.
     perm = np.random.default_rng([seed, 1]).permutation(len(train_files))
     train_files, train_y = [train_files[i] for i in perm], train_y[perm]
-    with dataset.staging_dir(out_dir) as staging:
-        skipped: list[dict] = []
-        dim = image_size * image_size * 3
-        jobs = [("train", train_files, train_y), ("test", test_files, test_y)]
-        if include_pred and splits["pred"] is not None:
-            pred = sorted(
-                f for f in splits["pred"].iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and not is_metadata(f.name)
-            )
-            jobs.append(("pred", pred, None))
-        counts = {}
-        for split, files, y in jobs:
-            x_path = staging / f"{split}_x.npy"
-            kept = _decode_all(files, x_path, image_size, dim, skip_bad_images, skipped, workers, split)
-            (staging / f"{split}_files.txt").write_text("".join(f"{files[i]}\n" for i in kept))
-            if y is not None:
-                y = y[kept]
-                np.save(staging / f"{split}_y.npy", y)
-                counts[split] = {c: int((y == i).sum()) for i, c in enumerate(classes)}
-            if y is not None and len(y) == 0:
-                raise MpinetError(f"{root}: every {split} image was skipped as unreadable")
+    return classes, [("train", train_files, train_y), ("test", test_files, test_y)], test_split
 
-        channel_stats = None
-        if standardize:
-            mean, std = _channel_stats(np.load(staging / "train_x.npy", mmap_mode="r"))
-            for split, *_ in jobs:
-                _standardize_inplace(np.load(staging / f"{split}_x.npy", mmap_mode="r+"), mean, std)
-            channel_stats = {"mean": mean.tolist(), "std": std.tolist(), "from": "training split"}
-        train_x = np.load(staging / "train_x.npy", mmap_mode="r")
-        summary = {
-            "format": "images",
-            "source": source or str(root),
-            "classes": classes,
-            "counts": counts,
-            "shapes": {s: list(np.load(staging / f"{s}_x.npy", mmap_mode="r").shape) for s, *_ in jobs},
-            "dtype": "float32",
-            "image_size": image_size,
-            "layout": "height x width x RGB, flattened",
-            "standardization": channel_stats,
-            "values": dataset.value_stats(train_x),
-            "test_split": "made from the training folder" if made_split else str(splits["test"]),
-            "skipped_files": skipped,
-            "duplicates_dropped": 0,
-            "synthetic": (Path(root) / SYNTHETIC_MARKER).exists(),
-        }
-        del train_x
-        for extra in ("train_files.txt", "test_files.txt", "pred_x.npy", "pred_files.txt"):  # before the summary
-            if (staging / extra).exists():
-                Path(out_dir).mkdir(parents=True, exist_ok=True)
-                os.replace(staging / extra, Path(out_dir) / extra)
-        dataset.write(out_dir, staging, classes, summary)
-    return summary
+
+def _decode_splits(root, jobs, classes, staging: Path, size, skip_bad, skipped, workers) -> dict:
+    """Each split's <split>_x.npy, _y.npy and _files.txt in staging; returns the class counts."""
+    dim = size * size * 3
+    counts = {}
+    for split, files, y in jobs:
+        x_path = staging / f"{split}_x.npy"
+        kept = _decode_all(files, x_path, size, dim, skip_bad, skipped, workers, split)
+        (staging / f"{split}_files.txt").write_text("".join(f"{files[i]}\n" for i in kept))
+        if y is not None:
+            y = y[kept]
+            np.save(staging / f"{split}_y.npy", y)
+            counts[split] = {c: int((y == i).sum()) for i, c in enumerate(classes)}
+        if y is not None and len(y) == 0:
+            raise MpinetError(f"{root}: every {split} image was skipped as unreadable")
+    return counts
+
+
+def _standardize_splits(staging: Path, splits: list[str]) -> dict:
+    """Standardize every split per channel with the training split's statistics; returns them."""
+    mean, std = _channel_stats(np.load(staging / "train_x.npy", mmap_mode="r"))
+    for split in splits:
+        _standardize_inplace(np.load(staging / f"{split}_x.npy", mmap_mode="r+"), mean, std)
+    return {"mean": mean.tolist(), "std": std.tolist(), "from": "training split"}
 
 
 def load_image(path: Path, size: int) -> np.ndarray:

@@ -3,9 +3,9 @@
 from pathlib import Path
 
 from mpinet import MpinetError
+from mpinet.csvdata import prepare_table
 from mpinet.fetch import is_metadata
 from mpinet.images import prepare_images
-from mpinet.tables import prepare_table
 
 TABLE_SUFFIXES = (".csv", ".data", ".txt", ".tsv")
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mpinet import __version__, blas, dataset, numerics
+from mpinet import __version__, blas, dataset
 from mpinet.comm import Comm, mpi_library_version
+from mpinet.fingerprints import NUMERICS
 from mpinet.layout import CONFUSION_FILE, METRICS_FILE, RECORD_FILE, WEIGHTS_FILE
 from mpinet.options import Options, data_ranks, train_size
 from mpinet.train import METRIC_COLUMNS, Result
@@ -87,7 +88,7 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
             "classes": arrays.classes,
         },
         "mpinet": __version__,
-        "numerics": numerics.fingerprint(),  # what decides the numbers (mpinet.numerics)
+        "numerics": NUMERICS.value(),  # what decides the numbers (mpinet.fingerprints)
         "python": platform.python_version(),
         "numpy": np.__version__,
         "blas": [

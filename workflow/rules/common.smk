@@ -1,4 +1,5 @@
 import functools
+import json
 import os
 import re
 import sys
@@ -28,7 +29,8 @@ if mpinet.__version__ != WORKFLOW_VERSION:
         f"{mpinet.__version__} ({Path(mpinet.__file__).parent}); install the workflow's version"
     )
 
-from mpinet import MpinetError, dataset, launcher, numerics, walltime
+from mpinet import MpinetError, dataset, launcher, walltime
+from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION
 from mpinet.layout import (
     CONFUSION_FILE,
     METRICS_FILE,
@@ -103,10 +105,11 @@ FIGURES = [
 ]
 DATASETS = sorted(EXPERIMENTS["dataset"].unique())
 SYNTHETIC_ARCHIVE = "resources/synthetic/intel-synthetic.zip"
-# The package that runs (wherever it is installed): its modules are job inputs, and what decides a
-# training run's numbers is one fingerprint (mpinet.numerics), a parameter of every training job.
+# The package that runs (wherever it is installed): the modules of the aggregation and plot jobs are
+# their inputs; what decides a fetch, a preparation or a training run is one code fingerprint each
+# (mpinet.fingerprints), a parameter of those jobs, so a rename or a release's version number
+# reruns none of them.
 CODE = Path(mpinet.__file__).parent
-NUMERICS = numerics.fingerprint()
 REPORT_DESCRIPTION = workflow.source_path("../report/workflow.rst")
 
 
@@ -195,9 +198,10 @@ def get_fetch_input(wildcards):
 
 
 def get_dataset_options(wildcards):
+    """The dataset's config keys but its source, as JSON for the command line."""
     entry = dict(config["datasets"][wildcards.dataset])
     entry.pop("source")
-    return entry
+    return json.dumps(entry, sort_keys=True)
 
 
 def get_ranks(wildcards):

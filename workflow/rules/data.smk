@@ -14,14 +14,16 @@ rule make_synthetic:
         seed=lookup(dpath="synthetic/seed", within=config),
     message:
         "Drawing the synthetic Intel-layout image archive"
-    script:
-        "../scripts/make_synthetic.py"
+    shell:
+        "python -m mpinet.datacli synthetic {output:q} --train-per-class {params.train_per_class} "
+        "--test-per-class {params.test_per_class} --pred-count {params.pred_count} "
+        "--size {params.size} --seed {params.seed} > {log:q} 2>&1 "
+        "|| {{ grep -m1 'mpinet.datacli: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
 
 
 rule fetch:
     input:
         get_fetch_input,
-        code=code("fetch.py"),
     output:
         directory("resources/raw/{dataset}"),
     log:
@@ -31,17 +33,20 @@ rule fetch:
         "../envs/mpinet.yaml"
     params:
         source=get_source,
-        sha256=dataset_option("sha256"),
+        sha256=dataset_option("sha256", ""),
+        # what the fetched files depend on besides the source: the fetching code's fingerprint
+        fetching=FETCHING.value(),
     message:
         "Fetching dataset {wildcards.dataset} from {params.source}"
-    script:
-        "../scripts/fetch.py"
+    shell:
+        "python -m mpinet.datacli fetch {params.source:q} {output:q} --sha256={params.sha256:q} "
+        "> {log:q} 2>&1 "
+        "|| {{ grep -m1 'mpinet.datacli: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
 
 
 rule prepare:
     input:
         raw="resources/raw/{dataset}",
-        code=code("prepare.py", "tables.py", "images.py", "dataset.py"),
     output:
         multiext("resources/data/{dataset}/", *DATASET_FILES),
     log:
@@ -50,10 +55,14 @@ rule prepare:
         "../envs/mpinet.yaml"
     threads: 2
     params:
+        out="resources/data/{dataset}",
         fmt=dataset_option("format"),
         options=get_dataset_options,
         source=get_source,
+        preparation=PREPARATION.value(),
     message:
         "Preprocessing dataset {wildcards.dataset} into .npy arrays"
-    script:
-        "../scripts/prepare.py"
+    shell:
+        "python -m mpinet.datacli prepare {input.raw:q} {params.out:q} --format {params.fmt} "
+        "--options {params.options:q} --source {params.source:q} --workers {threads} > {log:q} 2>&1 "
+        "|| {{ grep -m1 'mpinet.datacli: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"

@@ -26,7 +26,7 @@ TRAIN_PARAMS = {
     "options": get_run_options,
     "checkpoint": get_checkpoint,
     # a changed computation retrains; a comment, help text or run.json field does not
-    "numerics": NUMERICS,
+    "numerics": NUMERICS.value(),
 }
 
 

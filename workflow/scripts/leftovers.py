@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
+from mpinet.adapters import run_script
 from mpinet.leftovers import leftovers_report, referenced
-from mpinet.step import run_step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 p = sm.params
@@ -14,6 +14,6 @@ def report() -> str:
     return leftovers_report(Path(p.runs_root), Path(p.logs_root), keep, p.delete)
 
 
-text = run_step(sm.log[0], report)
+text = run_script(sm.log[0], report)
 Path(sm.log[0]).write_text(text + "\n")
 print(text)

@@ -5,7 +5,8 @@ import pytest
 from conftest import REPO
 
 from mpinet import MpinetError, dataset
-from mpinet.tables import prepare_table, read_table, stratified_split
+from mpinet.csvdata import prepare_table, read_table
+from mpinet.split import stratified_split
 
 IRIS = REPO / "src" / "mpinet" / "data" / "iris.csv"
 

@@ -1,4 +1,4 @@
-"""Tabular datasets (Iris): read a CSV, drop id columns and duplicates, split, standardize, write arrays."""
+"""CSV datasets (Iris): read the file, drop id columns and duplicates, split, standardize, write arrays."""
 
 import codecs
 import csv
@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from mpinet import MpinetError, dataset
+from mpinet.split import stratified_split
 
 ID_NAME = re.compile(r"^(id|index|unnamed: ?0|)$", re.IGNORECASE)
 
@@ -143,21 +144,6 @@ def prepare_table(
             np.save(staging / f"{name}_y.npy", y[rows])
         dataset.write(out_dir, staging, classes, summary)
     return summary
-
-
-def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded per-class split; every class with at least 2 samples lands in both splits. Returns sorted index arrays."""
-    if not 0 < test_fraction < 1:
-        raise MpinetError(f"test_fraction must be between 0 and 1, got {test_fraction}")
-    rng = np.random.default_rng(seed)
-    train, test = [], []
-    for c in np.unique(y):
-        idx = rng.permutation(np.flatnonzero(y == c))
-        k = int(round(test_fraction * len(idx)))
-        k = min(max(k, 1), len(idx) - 1) if len(idx) >= 2 else 0
-        test.append(idx[:k])
-        train.append(idx[k:])
-    return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
 
 
 def _label_index(path: Path, names: list[str], label_column: str | None, has_header: bool) -> int:

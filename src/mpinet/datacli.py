@@ -1,0 +1,71 @@
+"""The data jobs' command lines, as the workflow's shell rules run them:
+
+    python -m mpinet.datacli synthetic ARCHIVE [--train-per-class N ...]
+    python -m mpinet.datacli fetch SOURCE OUT_DIR [--sha256 HEX]
+    python -m mpinet.datacli prepare RAW_DIR OUT_DIR --format csv|images [--options JSON ...]
+
+Commands rather than Snakemake scripts: a shell rule reruns when its command's text changes and a
+script rule whenever its script file is touched, so these jobs rerun only when their parameters
+or their code fingerprint (mpinet.fingerprints) change. This module is in no fingerprint: a help
+text here refetches nothing. Errors are one line, `mpinet.datacli: error: ...`, and exit 1.
+"""
+
+import argparse
+import json
+import sys
+
+PROG = "mpinet.datacli"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("synthetic", help="draw the synthetic Intel-layout image archive (a zip of JPEGs)")
+    s.add_argument("archive", help="the zip file to write")
+    s.add_argument("--train-per-class", type=int, default=40, help="training images per class (default 40)")
+    s.add_argument("--test-per-class", type=int, default=10, help="test images per class (default 10)")
+    s.add_argument("--pred-count", type=int, default=6, help="unlabelled seg_pred images (default 6)")
+    s.add_argument("--size", type=int, default=32, help="image side in pixels (default 32)")
+    s.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+
+    f = sub.add_parser("fetch", help="download or copy a dataset source and unpack it into a directory")
+    f.add_argument("source", help="http(s) URL, local archive, file or folder, or kaggle:owner/dataset")
+    f.add_argument("out_dir", help="the directory to fill (replaced only when the fetch succeeds)")
+    f.add_argument("--sha256", default="", help="the expected sha256 of a downloaded or local file")
+
+    r = sub.add_parser("prepare", help="preprocess a fetched dataset into .npy arrays")
+    r.add_argument("raw_dir", help="the fetched dataset's directory")
+    r.add_argument("out_dir", help="the dataset directory to write (train_x.npy ... summary.json)")
+    r.add_argument("--format", required=True, choices=["csv", "images"], help="how to read raw_dir")
+    r.add_argument("--options", default="{}", help="the dataset's config keys as a JSON object")
+    r.add_argument("--source", default="", help="the source, as the summary records it")
+    r.add_argument("--workers", type=int, default=None, help="image decoding processes (default: the CPUs, at most 8)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    from mpinet.adapters import run_command
+
+    if a.command == "synthetic":
+        from mpinet.synthetic import make_archive
+
+        sizes = (a.train_per_class, a.test_per_class, a.pred_count, a.size, a.seed)
+        return run_command(PROG, make_archive, a.archive, *sizes)
+    if a.command == "fetch":
+        from mpinet.fetch import fetch
+
+        return run_command(PROG, fetch, a.source, a.out_dir, sha256=a.sha256 or None)
+    from mpinet.prepare import prepare_dataset
+
+    try:
+        options = json.loads(a.options)
+    except ValueError as e:
+        print(f"{PROG}: error: --options is not JSON ({e})", file=sys.stderr)
+        return 2
+    return run_command(PROG, prepare_dataset, a.raw_dir, a.out_dir, a.format, options, a.source, workers=a.workers)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

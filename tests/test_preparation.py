@@ -1,0 +1,153 @@
+"""The data guard: fixed small sources must fetch to the recorded files and prepare to the recorded
+arrays, and when either changes its code fingerprint (mpinet.fingerprints) must change too, so a
+change to the data code can never keep old data, while a refactor refetches and re-prepares nothing.
+
+The sources are made here, losslessly (PNG pixels, CSV text, archives with fixed time stamps), so
+they do not move with a library's encoder; decoding and resizing are the code under guard.
+"""
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+REFERENCE = Path(__file__).with_name("preparation_reference.json")
+IRIS = Path(__file__).resolve().parents[1] / "src" / "mpinet" / "data" / "iris.csv"
+CLASSES = ("sea", "forest", "street")
+# (name, source made by _sources, format, dataset options): each reader and the options that change arrays
+CASES = {
+    "iris_csv": ("iris.csv", "csv", {}),
+    "images_split_standardized": ("images.tar.gz", "images", {"standardize_inputs": True, "include_pred": True}),
+    "images_resized_own_split": ("train_only.zip", "images", {"image_size": 8, "test_fraction": 0.25}),
+}
+DEFAULTS = {
+    "test_fraction": 0.3,
+    "split_seed": 0,
+    "image_size": 12,
+    "standardize_inputs": False,
+    "skip_bad_images": False,
+    "include_pred": False,
+}
+# summary keys that hold this machine's paths, not the data
+PATH_KEYS = ("source", "file", "test_split", "skipped_files")
+
+
+def _png(rng, cls: int) -> bytes:
+    base = np.array([40 + 90 * cls, 200 - 60 * cls, 30 + 70 * (cls % 2)], dtype=np.int16)
+    pixels = np.clip(base + rng.integers(-40, 40, size=(12, 12, 3)), 0, 255).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(out, format="PNG")
+    return out.getvalue()
+
+
+def _image_tree(rng, splits) -> dict[str, bytes]:
+    files = {}
+    for split, per_class in splits:
+        for c, name in enumerate(CLASSES):
+            for i in range(per_class):
+                files[f"seg_{split}/seg_{split}/{name}/{i}.png"] = _png(rng, c)
+    return files
+
+
+def _sources(d: Path) -> None:
+    """iris.csv, a tar.gz with train, test and pred folders, and a zip with a training folder only."""
+    rng = np.random.default_rng(7)
+    (d / "iris.csv").write_bytes(IRIS.read_bytes())
+    tree = _image_tree(rng, [("train", 6), ("test", 2)])
+    tree.update({f"seg_pred/seg_pred/{i}.png": _png(rng, i % 3) for i in range(3)})
+    with tarfile.open(d / "images.tar.gz", "w:gz") as tar:
+        for name, data in sorted(tree.items()):
+            info = tarfile.TarInfo(f"intel/{name}")
+            info.size, info.mtime = len(data), 1_700_000_000
+            tar.addfile(info, io.BytesIO(data))
+    with zipfile.ZipFile(d / "train_only.zip", "w") as z:
+        for name, data in sorted(_image_tree(rng, [("train", 8)]).items()):
+            z.writestr(zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0)), data)
+
+
+def _tree_hash(d: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(p for p in d.rglob("*") if p.is_file()):
+        h.update(str(p.relative_to(d)).encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def produced(tmp_path: Path) -> tuple[dict, dict]:
+    """What each case fetches (a hash of the files) and prepares (its summary but for paths)."""
+    from mpinet.fetch import fetch
+    from mpinet.prepare import prepare_dataset
+
+    _sources(tmp_path)
+    fetched, prepared = {}, {}
+    for name, (source, fmt, options) in CASES.items():
+        raw, out = tmp_path / "raw" / name, tmp_path / "data" / name
+        fetch(str(tmp_path / source), raw)
+        fetched[name] = _tree_hash(raw)
+        prepare_dataset(raw, out, fmt, {**DEFAULTS, **options}, source=source, workers=1)
+        summary = json.loads((out / "summary.json").read_text())
+        prepared[name] = {k: v for k, v in summary.items() if k not in PATH_KEYS}
+    return fetched, prepared
+
+
+def test_fetched_files_and_prepared_arrays_change_only_with_their_fingerprints(tmp_path):
+    from mpinet.fingerprints import FETCHING, PREPARATION
+
+    fetched, prepared = produced(tmp_path)
+    now = {"fetching": FETCHING.value(), "preparation": PREPARATION.value(), "fetched": fetched, "prepared": prepared}
+    if os.environ.get("MPINET_RECORD_PREPARATION"):
+        REFERENCE.write_text(json.dumps(now, indent=1) + "\n")
+    recorded = json.loads(REFERENCE.read_text())
+    how = "then record with MPINET_RECORD_PREPARATION=1 pytest tests/test_preparation.py"
+    for kind, fp, key in ((FETCHING, "fetching", "fetched"), (PREPARATION, "preparation", "prepared")):
+        changed = [k for k in CASES if now[key][k] != recorded[key][k]]
+        assert not changed or now[fp] != recorded[fp], (
+            f"the {key} data of {changed} changed but the {fp} fingerprint did not: bump its version in "
+            f"src/mpinet/fingerprints.py (or add the module that changed them to its modules), {how}"
+        )
+        assert now[fp] == recorded[fp], (
+            f"the {fp} fingerprint changed: every study {'refetches, ' if key == 'fetched' else ''}re-prepares "
+            f"and retrains. The same data (a refactor): map the code's hash to the recorded fingerprint in "
+            f"its `same`, {kind.code_hash()!r}: {recorded[fp]!r}; new data: {how}"
+        )
+
+
+@pytest.mark.parametrize("name", ["FETCHING", "PREPARATION"])
+def test_the_data_fingerprints_cover_their_modules_and_not_the_command_line(tmp_path, name):
+    import dataclasses
+    import shutil
+
+    import mpinet
+    from mpinet import fingerprints
+
+    package = tmp_path / "mpinet"
+    shutil.copytree(Path(mpinet.__file__).parent, package)
+    guard = dataclasses.replace(getattr(fingerprints, name), root=package)
+
+    def after(module, old, new):
+        path = package / module
+        text = path.read_text()
+        assert old in text, (module, old)
+        path.write_text(text.replace(old, new, 1))
+        fingerprints._code_hash.cache_clear()
+        try:
+            return guard.value()
+        finally:
+            path.write_text(text)
+            fingerprints._code_hash.cache_clear()
+
+    base = guard.value()
+    assert after("fetch.py", "def fetch(", "# a comment\ndef fetch(") == base
+    assert after("datacli.py", "def main(", "def _unused():\n    pass\n\n\ndef main(") == base
+    assert after("__init__.py", "__version__ = ", "__version__ = '9.9.9'\n_old = ") == base
+    assert after("fetch.py", "CHUNK = 1 << 20", "CHUNK = 1 << 21") != base
+    changes_preparation = after("images.py", "def _flatten(", "X = 1\n\n\ndef _flatten(") != base
+    assert changes_preparation == (name == "PREPARATION")
+    bumped = dataclasses.replace(guard, version=guard.version + 1)
+    assert bumped.value() == bumped.code_hash() != base
