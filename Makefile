@@ -114,6 +114,7 @@ benchmark: setup
 	python benchmarks/decode.py
 	python benchmarks/checkpoint.py
 	python benchmarks/bench.py
+	python benchmarks/cold_rows.py
 
 # OPENBLAS_* unset inside the command only: srun passes the environment on to the ranks
 benchmark-nodes: setup

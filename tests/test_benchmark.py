@@ -29,3 +29,13 @@ def test_benchmark_script_writes_its_table(tmp_path):
     assert named == [("serial", "forward"), ("serial", "backward + update"), ("serial", "step"), *alone, *at_once]
     assert all(float(k[3]) > 0 and float(k[4]) > 0 for k in kernels)  # bound and measured milliseconds
     assert next(tmp_path.glob("bench-*.json")).stat().st_size > 0
+
+
+def test_cold_rows_script_times_every_mode_per_batch():
+    cmd = [sys.executable, str(REPO / "benchmarks" / "cold_rows.py"), "--samples", "64", "--features", "3000"]
+    cmd += ["--batches", "4", "32", "--block", "1000", "--repeats", "1"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=120)
+    assert p.returncode == 0, p.stderr
+    rows = [line.split("|")[1:-1] for line in p.stdout.splitlines() if line.startswith("| ") and "batch" not in line]
+    assert [r[0].strip() for r in rows] == ["4", "32"]
+    assert all(float(c) > 0 for r in rows for c in r[1:])

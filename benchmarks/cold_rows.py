@@ -1,0 +1,88 @@
+"""Benchmark: the first layer's forward GEMM on rows just read from the training file against the
+same GEMM on rows in the caches, and two ways to close that gap that were tried.
+
+bench.py bounds the forward pass by the GEMM at its shape on cached rows plus reading the rows
+once. Here, per batch size, with one BLAS thread and the trainer's own operand order
+(mpinet.model's rule): "cached" repeats the GEMM on one batch; "from the file" walks the
+memory-mapped file batch after batch as training does with shuffle=batches; "read first" reads
+each batch once (a sum) before its GEMM, to bring it into the caches; "K in blocks" splits the
+67,500 features into blocks so each block's rows and weights fit the L2 cache. Medians per batch,
+the median of the repeats. Run alone: other work on the machine moves these by 20 %.
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+from numpy.lib.format import open_memmap
+
+from mpinet.model import TRANSPOSED_FIRST_BELOW
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--samples", type=int, default=1024, help="rows in the file")
+    p.add_argument("--features", type=int, default=67500)
+    p.add_argument("--hidden", type=int, default=30, help="the first layer's width")
+    p.add_argument("--batches", type=int, nargs="+", default=[4, 32, 256])
+    p.add_argument("--block", type=int, default=8192, help="features per block for 'K in blocks'")
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args(argv)
+    rng = np.random.default_rng(0)
+    w = rng.random((a.hidden, a.features), dtype=np.float32)
+    with tempfile.TemporaryDirectory(prefix="mpinet-cold-") as tmp:
+        path = os.path.join(tmp, "train_x.npy")
+        x = open_memmap(path, mode="w+", dtype=np.float32, shape=(a.samples, a.features))
+        for s in range(0, a.samples, 256):
+            x[s : s + 256] = rng.random((min(256, a.samples - s), a.features), dtype=np.float32)
+        x.flush()
+        del x
+        x = np.load(path, mmap_mode="r")
+        print("| batch | cached ms | from the file ms | read first ms | K in blocks ms | file ÷ cached |")
+        print("|---|---|---|---|---|---|")
+        for b in a.batches:
+            t = {m: statistics.median(_time(m, w, x, b, a.block) for _ in range(a.repeats)) for m in MODES}
+            cells = " | ".join(f"{t[m] * 1e3:.3f}" for m in MODES)
+            print(f"| {b} | {cells} | {t['file'] / t['cached']:.2f} |")
+    return 0
+
+
+MODES = ("cached", "file", "read_first", "blocks")
+
+
+def _time(mode, w, x, b, block) -> float:
+    """The median time of one batch's first-layer GEMM in this mode over an epoch (after a warm-up one)."""
+    transposed = b < TRANSPOSED_FIRST_BELOW[np.float32]
+    out = np.empty((w.shape[0], b) if transposed else (b, w.shape[0]), dtype=np.float32)
+    part = np.empty_like(out)
+    hot = np.array(x[:b])
+    for _ in range(2):
+        times = []
+        for s in range(0, len(x) - b + 1, b):
+            xb = hot if mode == "cached" else x[s : s + b]
+            t0 = time.perf_counter()
+            if mode == "read_first":
+                np.add.reduce(xb, axis=None)
+            if mode == "blocks":
+                _gemm(w[:, :block], xb[:, :block], out, transposed)
+                for k in range(block, x.shape[1], block):
+                    _gemm(w[:, k : k + block], xb[:, k : k + block], part, transposed)
+                    out += part
+            else:
+                _gemm(w, xb, out, transposed)
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _gemm(w, xb, out, transposed) -> None:
+    if transposed:
+        np.matmul(w, xb.T, out=out)
+    else:
+        np.matmul(xb, w.T, out=out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
