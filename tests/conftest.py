@@ -94,3 +94,37 @@ def synthetic_zip(tmp_path_factory) -> Path:
     from mpinet.synthetic import make_archive
 
     return make_archive(tmp_path_factory.mktemp("synthetic") / "intel.zip", 6, 3, 4, 24, seed=1)
+
+
+class EditedPackage:
+    """A copy of the mpinet package in which one edit at a time is made to see what a code
+    fingerprint (mpinet.fingerprints) makes of it; the copy is restored after each."""
+
+    def __init__(self, tmp_path: Path):
+        import shutil
+
+        import mpinet
+
+        self.root = tmp_path / "mpinet"
+        shutil.copytree(Path(mpinet.__file__).parent, self.root)
+
+    def guard(self, fingerprint):
+        """The fingerprint computed over this copy."""
+        import dataclasses
+
+        return dataclasses.replace(fingerprint, root=self.root)
+
+    def value_after(self, guard, module: str, old: str, new: str) -> str:
+        """guard's value with the first `old` in module replaced by `new`."""
+        from mpinet import fingerprints
+
+        path = self.root / module
+        text = path.read_text()
+        assert old in text, (module, old)
+        path.write_text(text.replace(old, new, 1))
+        fingerprints._code_hash.cache_clear()  # cached by module path
+        try:
+            return guard.value()
+        finally:
+            path.write_text(text)
+            fingerprints._code_hash.cache_clear()

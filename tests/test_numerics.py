@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_train, weights
+from conftest import EditedPackage, run_train, weights
 
 REFERENCE = Path(__file__).with_name("numerics_reference.json")
 BASE = ("--dtype", "float64", "--epochs", 3, "--hidden", 5, 4, "--seed", 3, "--batch-size", 4)
@@ -63,30 +63,16 @@ def test_comments_docstrings_and_layout_leave_the_code_shape_alone():
 
 
 def test_the_fingerprint_covers_the_modules_that_compute_and_not_the_cli(tmp_path):
-    import dataclasses
-    import shutil
+    from mpinet.fingerprints import NUMERICS
 
-    import mpinet
-    from mpinet import fingerprints
-
-    package = tmp_path / "mpinet"
-    shutil.copytree(Path(mpinet.__file__).parent, package)
-    guard = dataclasses.replace(fingerprints.NUMERICS, root=package)
+    package = EditedPackage(tmp_path)
+    guard = package.guard(NUMERICS)
 
     def fingerprint_after(module, old, new):
-        path = package / module
-        text = path.read_text()
-        assert old in text, (module, old)
-        path.write_text(text.replace(old, new, 1))
-        fingerprints._code_hash.cache_clear()
-        try:
-            return guard.value()
-        finally:
-            path.write_text(text)
-            fingerprints._code_hash.cache_clear()
+        return package.value_after(guard, module, old, new)
 
     base = guard.value()
-    assert base == fingerprints.NUMERICS.value()
+    assert base == NUMERICS.value()
     assert fingerprint_after("train.py", '"""Training:', '# a comment\n"""Training, said otherwise:') == base
     assert fingerprint_after("cli.py", "def main(", "def _unused():\n    pass\n\n\ndef main(") == base
     assert fingerprint_after("runfiles.py", '"ranks": comm.size,', '"ranks": comm.size, "extra": 1,') == base

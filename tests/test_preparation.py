@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import EditedPackage
 from PIL import Image
 
 REFERENCE = Path(__file__).with_name("preparation_reference.json")
@@ -121,26 +122,14 @@ def test_fetched_files_and_prepared_arrays_change_only_with_their_fingerprints(t
 @pytest.mark.parametrize("name", ["FETCHING", "PREPARATION"])
 def test_the_data_fingerprints_cover_their_modules_and_not_the_command_line(tmp_path, name):
     import dataclasses
-    import shutil
 
-    import mpinet
     from mpinet import fingerprints
 
-    package = tmp_path / "mpinet"
-    shutil.copytree(Path(mpinet.__file__).parent, package)
-    guard = dataclasses.replace(getattr(fingerprints, name), root=package)
+    package = EditedPackage(tmp_path)
+    guard = package.guard(getattr(fingerprints, name))
 
     def after(module, old, new):
-        path = package / module
-        text = path.read_text()
-        assert old in text, (module, old)
-        path.write_text(text.replace(old, new, 1))
-        fingerprints._code_hash.cache_clear()
-        try:
-            return guard.value()
-        finally:
-            path.write_text(text)
-            fingerprints._code_hash.cache_clear()
+        return package.value_after(guard, module, old, new)
 
     base = guard.value()
     assert after("fetch.py", "def fetch(", "# a comment\ndef fetch(") == base
