@@ -29,34 +29,47 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=30, help="the first layer's width")
     p.add_argument("--batches", type=int, nargs="+", default=[4, 32, 256])
     p.add_argument("--block", type=int, default=8192, help="features per block for 'K in blocks'")
+    p.add_argument("--dtypes", nargs="+", default=["float32", "float64"], choices=["float32", "float64"])
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args(argv)
-    rng = np.random.default_rng(0)
-    w = rng.random((a.hidden, a.features), dtype=np.float32)
-    with tempfile.TemporaryDirectory(prefix="mpinet-cold-") as tmp:
-        path = os.path.join(tmp, "train_x.npy")
-        x = open_memmap(path, mode="w+", dtype=np.float32, shape=(a.samples, a.features))
-        for s in range(0, a.samples, 256):
-            x[s : s + 256] = rng.random((min(256, a.samples - s), a.features), dtype=np.float32)
-        x.flush()
-        del x
-        x = np.load(path, mmap_mode="r")
-        print("| batch | cached ms | from the file ms | read first ms | K in blocks ms | file ÷ cached |")
-        print("|---|---|---|---|---|---|")
-        for b in a.batches:
-            t = {m: statistics.median(_time(m, w, x, b, a.block) for _ in range(a.repeats)) for m in MODES}
-            cells = " | ".join(f"{t[m] * 1e3:.3f}" for m in MODES)
-            print(f"| {b} | {cells} | {t['file'] / t['cached']:.2f} |")
+    print("| dtype | batch | trainer's order | cached ms | from the file ms | other order ms | read first ms |", end="")
+    print(" K in blocks ms | file ÷ cached |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for dtype in map(np.dtype, a.dtypes):
+        with tempfile.TemporaryDirectory(prefix="mpinet-cold-") as tmp:
+            x = _rows_file(os.path.join(tmp, "train_x.npy"), a.samples, a.features, dtype)
+            w = np.random.default_rng(1).random((a.hidden, a.features)).astype(dtype)
+            for b in a.batches:
+                transposed = b < TRANSPOSED_FIRST_BELOW[dtype.type]
+                t = {
+                    m: statistics.median(_time(m, w, x, b, a.block, transposed) for _ in range(a.repeats))
+                    for m in MODES
+                }
+                cells = " | ".join(f"{t[m] * 1e3:.3f}" for m in MODES)
+                order = "W @ x.T" if transposed else "x @ W.T"
+                print(f"| {dtype} | {b} | {order} | {cells} | {t['file'] / t['cached']:.2f} |")
     return 0
 
 
-MODES = ("cached", "file", "read_first", "blocks")
+MODES = ("cached", "file", "other_order", "read_first", "blocks")
 
 
-def _time(mode, w, x, b, block) -> float:
+def _rows_file(path: str, n: int, d: int, dtype) -> np.ndarray:
+    """A training file of n random rows, memory-mapped read-only as the trainer opens it."""
+    rng = np.random.default_rng(0)
+    x = open_memmap(path, mode="w+", dtype=dtype, shape=(n, d))
+    for s in range(0, n, 256):
+        x[s : s + 256] = rng.random((min(256, n - s), d))
+    x.flush()
+    del x
+    return np.load(path, mmap_mode="r")
+
+
+def _time(mode, w, x, b, block, transposed) -> float:
     """The median time of one batch's first-layer GEMM in this mode over an epoch (after a warm-up one)."""
-    transposed = b < TRANSPOSED_FIRST_BELOW[np.float32]
-    out = np.empty((w.shape[0], b) if transposed else (b, w.shape[0]), dtype=np.float32)
+    if mode == "other_order":
+        return _time("file", w, x, b, block, not transposed)
+    out = np.empty((w.shape[0], b) if transposed else (b, w.shape[0]), dtype=w.dtype)
     part = np.empty_like(out)
     hot = np.array(x[:b])
     for _ in range(2):

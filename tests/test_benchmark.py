@@ -37,5 +37,5 @@ def test_cold_rows_script_times_every_mode_per_batch():
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=120)
     assert p.returncode == 0, p.stderr
     rows = [line.split("|")[1:-1] for line in p.stdout.splitlines() if line.startswith("| ") and "batch" not in line]
-    assert [r[0].strip() for r in rows] == ["4", "32"]
-    assert all(float(c) > 0 for r in rows for c in r[1:])
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [(d, b) for d in ("float32", "float64") for b in ("4", "32")]
+    assert all(float(c) > 0 for r in rows for c in r[3:])
