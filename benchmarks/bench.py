@@ -244,9 +244,10 @@ def gemm_limits(features, h1, batches, dtypes) -> dict:
     """Seconds per forward and weight-gradient GEMM of the first layer, one BLAS thread.
 
     Each is the fastest of the weight layouts and operand orders ([in, out]: x @ W and x.T @ d;
-    [out, in]: x @ W.T or W @ x.T, and d.T @ x), so the limit is the best numpy does at these
-    shapes, not our choice. `fused_s` is the weight-gradient GEMM that subtracts its product from
-    the weights as it goes (BLAS beta = 1, mpinet.blas): the serial step's backward and update in one.
+    [out, in]: x @ W.T or W @ x.T, whole or summed over blocks of inputs, and d.T @ x), so the
+    limit is the best numpy does at these shapes, not our choice. `fused_s` is the weight-gradient
+    GEMM that subtracts its product from the weights as it goes (BLAS beta = 1, mpinet.blas): the
+    serial step's backward and update in one.
     """
     from threadpoolctl import threadpool_limits
 
@@ -263,10 +264,13 @@ def gemm_limits(features, h1, batches, dtypes) -> dict:
                 x = rng.random((b, features)).astype(dt)
                 d = rng.random((b, h1)).astype(dt)
                 z, zt = np.empty((b, h1), dtype=dt), np.empty((h1, b), dtype=dt)
+                part = np.empty_like(zt)
                 fwd = min(
                     _best_time(lambda x=x, z=z: np.matmul(x, w, out=z)),  # noqa: B023 (this dtype's w)
                     _best_time(lambda x=x, z=z: np.matmul(x, wt.T, out=z)),  # noqa: B023
                     _best_time(lambda x=x, zt=zt: np.matmul(wt, x.T, out=zt)),  # noqa: B023
+                    # W @ x.T summed over blocks of inputs, as mpinet.model does at small batches
+                    _best_time(lambda x=x, zt=zt, part=part: _blocked(wt, x, zt, part)),  # noqa: B023
                 )
                 tiny = d * np.dtype(dt).type(1e-20)  # the weights stay as they are
                 fused = _best_time(lambda x=x, tiny=tiny: blas.subtract_product(wt, tiny, x))  # noqa: B023
@@ -283,6 +287,17 @@ def gemm_limits(features, h1, batches, dtypes) -> dict:
                     "bwd_gflops": flops / bwd / 1e9,
                 }
     return out
+
+
+def _blocked(w, x, zt, part) -> None:
+    """zt = w @ x.T as a sum over blocks of FIRST_BLOCK_ELEMENTS // batch inputs."""
+    from mpinet.model import FIRST_BLOCK_ELEMENTS
+
+    k = max(1, FIRST_BLOCK_ELEMENTS // len(x))
+    np.matmul(w[:, :k], x[:, :k].T, out=zt)
+    for start in range(k, w.shape[1], k):
+        np.matmul(w[:, start : start + k], x[:, start : start + k].T, out=part)
+        zt += part
 
 
 def memory_bandwidth(nbytes: int, dtype="float32") -> float:

@@ -1,13 +1,15 @@
 """Benchmark: the first layer's forward GEMM on rows just read from the training file against the
-same GEMM on rows in the caches, and two ways to close that gap that were tried.
+same GEMM on rows in the caches, and what was tried to close that gap.
 
 bench.py bounds the forward pass by the GEMM at its shape on cached rows plus reading the rows
-once. Here, per batch size, with one BLAS thread and the trainer's own operand order
-(mpinet.model's rule): "cached" repeats the GEMM on one batch; "from the file" walks the
-memory-mapped file batch after batch as training does with shuffle=batches; "read first" reads
-each batch once (a sum) before its GEMM, to bring it into the caches; "K in blocks" splits the
-67,500 features into blocks so each block's rows and weights fit the L2 cache. Medians per batch,
-the median of the repeats. Run alone: other work on the machine moves these by 20 %.
+once. Here, per dtype and batch size, with one BLAS thread and the trainer's operand order
+(mpinet.model's rule, named in the table): "cached" repeats the GEMM on one batch; "from the file"
+walks the memory-mapped file batch after batch as training does with shuffle=batches; "other
+order" does that with the operands the other way round (W @ x.T against x @ W.T); "read first"
+reads each batch once (a sum) before its GEMM, to bring it into the caches; "K in blocks" sums
+W @ x.T over blocks of FIRST_BLOCK_ELEMENTS // batch inputs, as the trainer does up to batch
+FIRST_BLOCKED_UP_TO. Medians per batch, the median of the repeats. Run alone: other work on the
+machine moves these by 20 %.
 """
 
 import argparse
@@ -18,8 +20,9 @@ import time
 
 import numpy as np
 from numpy.lib.format import open_memmap
+from threadpoolctl import threadpool_limits
 
-from mpinet.model import TRANSPOSED_FIRST_BELOW
+from mpinet.model import FIRST_BLOCK_ELEMENTS, FIRST_BLOCKED_UP_TO, TRANSPOSED_FIRST_BELOW
 
 
 def main(argv=None) -> int:
@@ -28,10 +31,16 @@ def main(argv=None) -> int:
     p.add_argument("--features", type=int, default=67500)
     p.add_argument("--hidden", type=int, default=30, help="the first layer's width")
     p.add_argument("--batches", type=int, nargs="+", default=[4, 32, 256])
-    p.add_argument("--block", type=int, default=8192, help="features per block for 'K in blocks'")
+    p.add_argument("--block", type=int, default=0, help="inputs per block in 'K in blocks' (default: the model's)")
     p.add_argument("--dtypes", nargs="+", default=["float32", "float64"], choices=["float32", "float64"])
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args(argv)
+    with threadpool_limits(1):  # one BLAS thread, as every rank trains
+        _table(a)
+    return 0
+
+
+def _table(a) -> None:
     print("| dtype | batch | trainer's order | cached ms | from the file ms | other order ms | read first ms |", end="")
     print(" K in blocks ms | file ÷ cached |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -41,14 +50,14 @@ def main(argv=None) -> int:
             w = np.random.default_rng(1).random((a.hidden, a.features)).astype(dtype)
             for b in a.batches:
                 transposed = b < TRANSPOSED_FIRST_BELOW[dtype.type]
+                block = a.block or max(1, FIRST_BLOCK_ELEMENTS // b)
                 t = {
-                    m: statistics.median(_time(m, w, x, b, a.block, transposed) for _ in range(a.repeats))
-                    for m in MODES
+                    m: statistics.median(_time(m, w, x, b, block, transposed) for _ in range(a.repeats)) for m in MODES
                 }
                 cells = " | ".join(f"{t[m] * 1e3:.3f}" for m in MODES)
                 order = "W @ x.T" if transposed else "x @ W.T"
+                order += " in blocks" if transposed and b <= FIRST_BLOCKED_UP_TO else ""
                 print(f"| {dtype} | {b} | {order} | {cells} | {t['file'] / t['cached']:.2f} |")
-    return 0
 
 
 MODES = ("cached", "file", "other_order", "read_first", "blocks")

@@ -208,3 +208,22 @@ def test_the_first_layer_in_either_order_agrees_to_rounding(dtype):
     plain = forward(net, layers, x, ws)
     assert np.allclose(out, plain, rtol=50 * np.finfo(dtype).eps, atol=0)
     assert not Workspace(Net((10, 4, 2)), 256).first_transposed  # float32 at 256: x @ W.T is faster
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_first_layer_summed_over_blocks_of_inputs_agrees_to_rounding(dtype):
+    rng = np.random.default_rng(7)
+    net = Net((10000, 30, 6), dtype=np.dtype(dtype))
+    layers = layer_views(net, init_params(net, 2))
+    ws = Workspace(net, 8)
+    assert ws.first_block == 4096  # 32768 inputs x samples per GEMM: three blocks, the last a short one
+    for n in (8, 3):  # a whole batch and an epoch's short last one
+        x = rng.random((n, 10000)).astype(dtype)
+        blocked = forward(net, layers, x, ws).copy()
+        ws.first_block, kept = 0, ws.first_block
+        whole = forward(net, layers, x, ws)
+        ws.first_block = kept
+        assert np.allclose(blocked, whole, rtol=50 * np.finfo(dtype).eps, atol=0)
+    assert Workspace(Net((67500, 30, 6)), 4).first_block == 8192
+    assert Workspace(Net((67500, 30, 6)), 32).first_block == 0  # no faster from batch 32 on
+    assert Workspace(Net((4, 30, 3)), 4).first_block == 0  # Iris: one block holds every input

@@ -14,6 +14,9 @@ from mpinet import blas
 LOSSES = ("l2", "xent")
 EPS = 1e-5  # variance floor of the per-sample standardization
 TRANSPOSED_FIRST_BELOW = {np.float32: 64, np.float64: 1 << 62}  # see Workspace
+# up to this batch the first layer sums W @ x.T over blocks of FIRST_BLOCK_ELEMENTS // batch inputs
+FIRST_BLOCKED_UP_TO = 16
+FIRST_BLOCK_ELEMENTS = 32768
 
 
 @dataclass
@@ -80,16 +83,29 @@ class Workspace:
         # start-up: the two orders can round differently, and a run must be reproducible.
         self.first_transposed = batch < TRANSPOSED_FIRST_BELOW.get(dt.type, 0)
         self.first_t = np.empty((net.sizes[1], batch), dtype=dt) if self.first_transposed else None
+        # and at the smallest batches as a sum over blocks of its inputs: OpenBLAS runs a GEMM whose
+        # inputs x samples stay within FIRST_BLOCK_ELEMENTS 1.3-1.8x faster than one over all 67500
+        # inputs (0.42 against 0.77 ms at batch 4, one thread), and no faster from batch 32 on
+        # (benchmarks/cold_rows.py). Fixed by batch size too, for the same reason.
+        block = FIRST_BLOCK_ELEMENTS // batch if self.first_transposed and batch <= FIRST_BLOCKED_UP_TO else 0
+        self.first_block = block if block < net.sizes[0] else 0
+        self.first_part = np.empty_like(self.first_t) if self.first_block else None
 
 
 def _first_layer(w: np.ndarray, x: np.ndarray, z: np.ndarray, ws: Workspace) -> None:
-    """z = x @ w.T, in the order the workspace chose."""
-    if ws.first_transposed:
-        zt = ws.first_t[:, : len(x)]
-        np.matmul(w, x.T, out=zt)
-        z[...] = zt.T
-    else:
+    """z = x @ w.T, in the order (and the blocks) the workspace chose."""
+    if not ws.first_transposed:
         np.matmul(x, w.T, out=z)
+        return
+    zt = ws.first_t[:, : len(x)]
+    k = ws.first_block or w.shape[1]
+    np.matmul(w[:, :k], x[:, :k].T, out=zt)
+    if k < w.shape[1]:
+        part = ws.first_part[:, : len(x)]
+        for start in range(k, w.shape[1], k):
+            np.matmul(w[:, start : start + k], x[:, start : start + k].T, out=part)
+            zt += part
+    z[...] = zt.T
 
 
 def forward(net: Net, layers, x: np.ndarray, ws: Workspace) -> np.ndarray:
