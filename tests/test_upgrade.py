@@ -23,7 +23,7 @@ from mpinet.layout import RECORD_FILE, RUNS_ROOT
 
 pytestmark = pytest.mark.workflow
 
-RELEASED = "72b56d956d064952f054924836608555769db2af"  # data jobs by code fingerprint, 2026-12-02
+RELEASED = "d0520d005e6a5c8ce0aec9c10be8c552059fe467"  # blocked first layer, data jobs by fingerprint
 RERUN_FROM = "0aa8685f98599956a56128fa3bb12eb1e96815af"  # 0.3.0 as landed on 2026-12-01
 # what upgrading from RERUN_FROM reruns besides every training run: the tiny study's two datasets
 REBUILT = {"make_synthetic": 1, "fetch": 2, "prepare": 2}

@@ -16,8 +16,8 @@ refactor the guard shows to give the recorded output keeps the fingerprint throu
 `same` (the code's new hash -> the fingerprint before it), so upgrading over it reruns nothing.
 A change that makes the engine faster with the same weights is not such a refactor: a run's
 timings are its numbers too, and a study whose serial baseline and parallel runs came from two
-engines would divide one engine's time by the other's (the fused update of 2026-12-02 got a new
-fingerprint for that reason).
+engines would divide one engine's time by the other's (the fused update and the blocked first
+layer of 2026-12-02 each got a new fingerprint for that reason).
 """
 
 import ast

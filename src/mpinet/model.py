@@ -15,7 +15,7 @@ LOSSES = ("l2", "xent")
 EPS = 1e-5  # variance floor of the per-sample standardization
 TRANSPOSED_FIRST_BELOW = {np.float32: 64, np.float64: 1 << 62}  # see Workspace
 # up to this batch the first layer sums W @ x.T over blocks of FIRST_BLOCK_ELEMENTS // batch inputs
-FIRST_BLOCKED_UP_TO = 16
+FIRST_BLOCKED_UP_TO = 40
 FIRST_BLOCK_ELEMENTS = 32768
 
 
@@ -83,10 +83,10 @@ class Workspace:
         # start-up: the two orders can round differently, and a run must be reproducible.
         self.first_transposed = batch < TRANSPOSED_FIRST_BELOW.get(dt.type, 0)
         self.first_t = np.empty((net.sizes[1], batch), dtype=dt) if self.first_transposed else None
-        # and at the smallest batches as a sum over blocks of its inputs: OpenBLAS runs a GEMM whose
-        # inputs x samples stay within FIRST_BLOCK_ELEMENTS 1.3-1.8x faster than one over all 67500
-        # inputs (0.42 against 0.77 ms at batch 4, one thread), and no faster from batch 32 on
-        # (benchmarks/cold_rows.py). Fixed by batch size too, for the same reason.
+        # and at small batches as a sum over blocks of its inputs: OpenBLAS runs GEMMs whose inputs x
+        # samples stay within FIRST_BLOCK_ELEMENTS 1.5-1.9x faster than one over all 67500 inputs
+        # (0.38 against 0.71 ms at batch 4, 2.2 against 3.4 ms at 32, one thread, rows read from the
+        # file), and slower from batch 48 on (benchmarks/cold_rows.py). Fixed by batch size too.
         block = FIRST_BLOCK_ELEMENTS // batch if self.first_transposed and batch <= FIRST_BLOCKED_UP_TO else 0
         self.first_block = block if block < net.sizes[0] else 0
         self.first_part = np.empty_like(self.first_t) if self.first_block else None
