@@ -23,7 +23,7 @@ from mpinet.layout import RECORD_FILE, RUNS_ROOT
 
 pytestmark = pytest.mark.workflow
 
-RELEASED = "d0520d005e6a5c8ce0aec9c10be8c552059fe467"  # blocked first layer, data jobs by fingerprint
+RELEASED = "1a466f8cfbdb6ab6ae1514a2e41b8640b0eec275"  # blocked first layer, data jobs by fingerprint
 RERUN_FROM = "0aa8685f98599956a56128fa3bb12eb1e96815af"  # 0.3.0 as landed on 2026-12-01
 # what upgrading from RERUN_FROM reruns besides every training run: the tiny study's two datasets
 REBUILT = {"make_synthetic": 1, "fetch": 2, "prepare": 2}
