@@ -140,3 +140,26 @@ def test_the_data_fingerprints_cover_their_modules_and_not_the_command_line(tmp_
     assert changes_preparation == (name == "PREPARATION")
     bumped = dataclasses.replace(guard, version=guard.version + 1)
     assert bumped.value() == bumped.code_hash() != base
+
+
+def test_the_data_commands_explain_themselves_and_fail_in_one_line_leaving_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    def datacli(*args):
+        cmd = [sys.executable, "-m", "mpinet.datacli", *map(str, args)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+    shown = datacli("--help")
+    assert shown.returncode == 0 and all(c in shown.stdout for c in ("synthetic", "fetch", "prepare"))
+    out = tmp_path / "out"
+    for args, code, message in [
+        (("prepare", tmp_path / "missing", out, "--format", "csv"), 1, "missing: no such directory"),
+        (("prepare", tmp_path, out, "--format", "csv", "--options", "{bad"), 2, "--options is not JSON"),
+        (("fetch", tmp_path / "missing.zip", out), 1, "missing.zip: no such file or directory"),
+    ]:
+        p = datacli(*args)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == code and len(lines) == 1, (args, p.stderr)
+        assert lines[0].startswith("mpinet.datacli: error: ") and message in lines[0], lines
+        assert not out.exists()

@@ -12,13 +12,16 @@ text here refetches nothing. Errors are one line, `mpinet.datacli: error: ...`, 
 
 import argparse
 import json
+import os
 import sys
 
 PROG = "mpinet.datacli"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog=f"python -m {PROG}", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("synthetic", help="draw the synthetic Intel-layout image archive (a zip of JPEGs)")
@@ -59,6 +62,12 @@ def main(argv=None) -> int:
         return run_command(PROG, fetch, a.source, a.out_dir, sha256=a.sha256 or None)
     from mpinet.prepare import prepare_dataset
 
+    if not os.path.isdir(a.raw_dir):
+        print(
+            f"{PROG}: error: {a.raw_dir}: no such directory; expected a fetched dataset (fetch it first)",
+            file=sys.stderr,
+        )
+        return 1
     try:
         options = json.loads(a.options)
     except ValueError as e:
