@@ -290,14 +290,10 @@ def gemm_limits(features, h1, batches, dtypes) -> dict:
 
 
 def _blocked(w, x, zt, part) -> None:
-    """zt = w @ x.T as a sum over blocks of FIRST_BLOCK_ELEMENTS // batch inputs."""
-    from mpinet.model import FIRST_BLOCK_ELEMENTS
+    """zt = w @ x.T as mpinet.model sums it at small batches: blocks of FIRST_BLOCK_ELEMENTS // batch inputs."""
+    from mpinet.model import FIRST_BLOCK_ELEMENTS, blocked_matmul
 
-    k = max(1, FIRST_BLOCK_ELEMENTS // len(x))
-    np.matmul(w[:, :k], x[:, :k].T, out=zt)
-    for start in range(k, w.shape[1], k):
-        np.matmul(w[:, start : start + k], x[:, start : start + k].T, out=part)
-        zt += part
+    blocked_matmul(w, x, zt, part, max(1, FIRST_BLOCK_ELEMENTS // len(x)))
 
 
 def memory_bandwidth(nbytes: int, dtype="float32") -> float:

@@ -55,7 +55,10 @@ NUMERICS = CodeFingerprint(
     # as the trainer reads it, and the epoch loop; not the options' help texts, the CLI, checkpoints
     # or run.json (mpinet.options, .cli, .checkpoint, .runfiles)
     ("model.py", "blas.py", "comm.py", "dataset.py", "train.py"),
-    {"5009140d42f8b9a6": "3f0865c25f1a9cca"},  # 0.4.0: train()'s setup and epoch loop moved into _Run
+    {
+        "5009140d42f8b9a6": "3f0865c25f1a9cca",  # 0.4.0: train()'s setup and epoch loop moved into _Run
+        "b255860bc5887031": "d8023681db0bdf4e",  # the first layer's blocked sum as model.blocked_matmul
+    },
 )
 # what lands in resources/raw/<dataset>: the download, the checksum check and the unpacking
 FETCHING = CodeFingerprint("fetching", 1, ("fetch.py",))

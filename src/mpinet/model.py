@@ -98,14 +98,19 @@ def _first_layer(w: np.ndarray, x: np.ndarray, z: np.ndarray, ws: Workspace) -> 
         np.matmul(x, w.T, out=z)
         return
     zt = ws.first_t[:, : len(x)]
-    k = ws.first_block or w.shape[1]
-    np.matmul(w[:, :k], x[:, :k].T, out=zt)
-    if k < w.shape[1]:
-        part = ws.first_part[:, : len(x)]
-        for start in range(k, w.shape[1], k):
-            np.matmul(w[:, start : start + k], x[:, start : start + k].T, out=part)
-            zt += part
+    if ws.first_block:
+        blocked_matmul(w, x, zt, ws.first_part[:, : len(x)], ws.first_block)
+    else:
+        np.matmul(w, x.T, out=zt)
     z[...] = zt.T
+
+
+def blocked_matmul(w: np.ndarray, x: np.ndarray, out: np.ndarray, part: np.ndarray, k: int) -> None:
+    """out = w @ x.T summed over blocks of k inputs (part: scratch shaped like out)."""
+    np.matmul(w[:, :k], x[:, :k].T, out=out)
+    for start in range(k, w.shape[1], k):
+        np.matmul(w[:, start : start + k], x[:, start : start + k].T, out=part)
+        out += part
 
 
 def forward(net: Net, layers, x: np.ndarray, ws: Workspace) -> np.ndarray:
