@@ -73,7 +73,7 @@ wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
 install_packages() {
   local missing=()
   for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   log "installing ${missing[*]}"
@@ -229,15 +229,17 @@ CGEOF
 make_network() { # make_network NODES: the bridge, one namespace per node, hosts lines; idempotent
   local nodes=$1 name ns addr
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
-  ip addr show dev "$BRIDGE" | grep -q "inet $SUBNET.1/" || ip addr add "$SUBNET.1/24" dev "$BRIDGE"
+  # grep reads a here-string, not a pipe: under pipefail `ip ... | grep -q` fails when grep exits at its
+  # first match before ip has written everything (SIGPIPE), and the address was then added twice
+  grep -q "inet $SUBNET.1/" <<<"$(ip addr show dev "$BRIDGE")" || ip addr add "$SUBNET.1/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   for name in $(namespaced_nodes "$nodes"); do
     ns=mpinet-$name addr=$(node_address "$name")
-    ip netns list | grep -qw "^$ns" || ip netns add "$ns"
+    grep -qw "^$ns" <<<"$(ip netns list)" || ip netns add "$ns"
     # each step only when missing: a start that stopped half-way is finished, not repeated
     ip -n "$ns" link show eth0 >/dev/null 2>&1 || ip link add "veth-$name" type veth peer name eth0 netns "$ns"
     ip link set "veth-$name" master "$BRIDGE" up
-    ip -n "$ns" addr show dev eth0 | grep -q "inet $addr/" || ip -n "$ns" addr add "$addr/24" dev eth0
+    grep -q "inet $addr/" <<<"$(ip -n "$ns" addr show dev eth0)" || ip -n "$ns" addr add "$addr/24" dev eth0
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
     grep -q "^$addr $name $MARK\$" /etc/hosts || echo "$addr $name $MARK" >>/etc/hosts
@@ -255,7 +257,7 @@ remove_network() { # namespaces (and the processes still in them), links, bridge
   for link in $(ip -o link show 2>/dev/null | awk -F': ' '$2 ~ /^veth-node/ {sub(/@.*/, "", $2); print $2}'); do
     ip link delete "$link" 2>/dev/null || true # the kernel may just be removing it with its namespace
   done
-  wait_for 10 "the nodes' links to go" bash -c '! ip -o link show | grep -q veth-node'
+  wait_for 10 "the nodes' links to go" bash -c '! grep -q veth-node <<<"$(ip -o link show)"'
   if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link delete "$BRIDGE" && log "removed bridge $BRIDGE"; fi
   if grep -q "$MARK" /etc/hosts; then # in place: /etc/hosts may be a bind mount
     local kept
@@ -338,13 +340,13 @@ start_slurm() { # start_slurm NODES
   for name in $names; do start_slurmd "$name"; done
   echo "$nodes" >"$STATE/nodes"
   wait_for 30 "the cluster in the accounting database" bash -c \
-    'sacctmgr -n -P list cluster format=cluster | grep -qx localcluster'
+    'grep -qx localcluster <<<"$(sacctmgr -n -P list cluster format=cluster)"'
   sacctmgr -i -Q add account "$ACCOUNT" >/dev/null 2>&1 || true
   sacctmgr -i -Q add user root account="$ACCOUNT" >/dev/null 2>&1 || true
   for name in $names; do
     state=$(sinfo -h -n "$name" -o %T 2>/dev/null || true)
     case "$state" in down* | drain* | fail*) scontrol update NodeName="$name" State=RESUME ;; esac
-    wait_for 60 "node $name to be idle" bash -c "sinfo -h -n $name -o %T | grep -Eq '^(idle|mixed|allocated)'"
+    wait_for 60 "node $name to be idle" bash -c "grep -Eq '^(idle|mixed|allocated)' <<<\"\$(sinfo -h -n $name -o %T)\""
   done
 }
 
