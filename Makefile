@@ -115,6 +115,7 @@ benchmark: setup
 	python benchmarks/checkpoint.py
 	python benchmarks/bench.py
 	python benchmarks/cold_rows.py
+	python benchmarks/shared_cache.py
 
 # OPENBLAS_* unset inside the command only: srun passes the environment on to the ranks
 benchmark-nodes: setup

@@ -39,3 +39,13 @@ def test_cold_rows_script_times_every_mode_per_batch():
     rows = [line.split("|")[1:-1] for line in p.stdout.splitlines() if line.startswith("| ") and "batch" not in line]
     assert [(r[0].strip(), r[1].strip()) for r in rows] == [(d, b) for d in ("float32", "float64") for b in ("4", "32")]
     assert all(float(c) > 0 for r in rows for c in r[3:])
+
+
+def test_shared_cache_script_times_each_mode_per_width_and_batch():
+    cmd = [sys.executable, str(REPO / "benchmarks" / "shared_cache.py"), "--samples", "64", "--features", "3000"]
+    cmd += ["--batches", "4", "16", "--hidden", "8", "4", "--steps", "3", "--blocks", "2", "--repeats", "1"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=120)
+    assert p.returncode == 0, p.stderr
+    rows = [line.split("|")[1:-1] for line in p.stdout.splitlines() if line.startswith("| ") and "batch" not in line]
+    assert [(r[0].strip(), r[3].strip()) for r in rows] == [(f"3000-{h}", b) for h in (8, 4) for b in ("4", "16")]
+    assert all(float(c) > 0 for r in rows for c in r[4:])
