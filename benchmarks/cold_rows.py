@@ -46,7 +46,7 @@ def _table(a) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for dtype in map(np.dtype, a.dtypes):
         with tempfile.TemporaryDirectory(prefix="mpinet-cold-") as tmp:
-            x = _rows_file(os.path.join(tmp, "train_x.npy"), a.samples, a.features, dtype)
+            x = rows_file(os.path.join(tmp, "train_x.npy"), a.samples, a.features, dtype)
             w = np.random.default_rng(1).random((a.hidden, a.features)).astype(dtype)
             for b in a.batches:
                 transposed = b < TRANSPOSED_FIRST_BELOW[dtype.type]
@@ -63,7 +63,7 @@ def _table(a) -> None:
 MODES = ("cached", "file", "other_order", "read_first", "blocks")
 
 
-def _rows_file(path: str, n: int, d: int, dtype) -> np.ndarray:
+def rows_file(path: str, n: int, d: int, dtype) -> np.ndarray:
     """A training file of n random rows, memory-mapped read-only as the trainer opens it."""
     rng = np.random.default_rng(0)
     x = open_memmap(path, mode="w+", dtype=dtype, shape=(n, d))

@@ -6,9 +6,9 @@ memory-mapped training file, then the update) runs on 2 ranks in blocks of steps
 one process pair, so that slow drifts of a shared machine hit all three alike: "alone" (rank 0
 computes, rank 1 waits in a barrier), "at once" (both compute, the same update with no reduction)
 and "with Allreduce" (both, GradientAllreduce's reduction and update). Each rank's working set from
-step to step is its weights and its gradient (2 x parameters); when the two ranks' sets together
-exceed the shared last-level cache, every step reads and writes them in memory, so "at once" is
-slower than "alone" though no rank waits for the other. One BLAS thread per rank; rank 0's median
+step to step is its weights and its gradient (2 x parameters); the question asked is whether "at
+once" is slower than "alone" only when the two ranks' sets together exceed the shared last-level
+cache (the widths are chosen either side of it). One BLAS thread per rank; rank 0's median
 step per mode over all blocks; then the median of the repeats. Run alone: other work on the
 machine moves these by 20 %.
 """
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from numpy.lib.format import open_memmap
+from cold_rows import rows_file  # beside this script
 
 from mpinet.launcher import mpiexec_argv
 from mpinet.model import Net
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"shared_cache: --samples {a.samples} leaves a rank fewer rows than batch {max(a.batches)}")
     with tempfile.TemporaryDirectory(prefix="mpinet-shared-cache-") as tmp:
         rows = Path(tmp) / "train_x.npy"
-        _rows_file(rows, a.samples, a.features)
+        rows_file(str(rows), a.samples, a.features, np.float32)
         times = {}
         for rep in range(a.repeats):
             for h in a.hidden:
@@ -66,29 +66,10 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def _rows_file(path: Path, n: int, d: int) -> None:
-    """n random float32 rows, written in chunks as mpinet's preparation writes them."""
-    rng = np.random.default_rng(0)
-    x = open_memmap(path, mode="w+", dtype=np.float32, shape=(n, d))
-    for s in range(0, n, 256):
-        x[s : s + 256] = rng.random((min(256, n - s), d))
-    x.flush()
-
-
 def _run(rows: Path, a, width: int) -> dict:
     # -m mpi4py: an exception on one rank aborts both, never leaves the other in a barrier
-    cmd = [
-        *mpiexec_argv(2),
-        sys.executable,
-        "-m",
-        "mpi4py",
-        __file__,
-        "--worker",
-        "--rows",
-        str(rows),
-        "--width",
-        str(width),
-    ]
+    cmd = [*mpiexec_argv(2), sys.executable, "-m", "mpi4py", __file__, "--worker", "--rows", str(rows)]
+    cmd += ["--width", str(width)]
     cmd += ["--features", str(a.features), "--steps", str(a.steps), "--blocks", str(a.blocks)]
     cmd += ["--batches", *map(str, a.batches)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
