@@ -121,7 +121,15 @@ class EditedPackage:
         path = self.root / module
         text = path.read_text()
         assert old in text, (module, old)
-        path.write_text(text.replace(old, new, 1))
+        return self.value_with(guard, module, text.replace(old, new, 1))
+
+    def value_with(self, guard, module: str, new_text: str) -> str:
+        """guard's value with module's text replaced by new_text."""
+        from mpinet import fingerprints
+
+        path = self.root / module
+        text = path.read_text()
+        path.write_text(new_text)
         fingerprints._code_hash.cache_clear()  # cached by module path
         try:
             return guard.value()

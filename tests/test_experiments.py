@@ -62,9 +62,9 @@ def test_the_grid_and_the_cli_derive_from_the_options_dataclass():
     """One definition: a field added to train.Options appears as a grid column, a default and a flag."""
     from dataclasses import fields
 
-    from mpinet.cli import parse_args
     from mpinet.experiments import COLUMNS, DEFAULTS
     from mpinet.options import Options
+    from mpinet.train import parse_args
 
     names = [f.name for f in fields(Options)]
     assert set(COLUMNS) == {*names, "ranks", "repeat"} and set(DEFAULTS) == set(COLUMNS)

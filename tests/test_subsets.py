@@ -10,10 +10,11 @@ import pytest
 from conftest import run_train, weights, write_dataset
 
 from mpinet import MpinetError, dataset
+from mpinet.checkpoint import Store
 from mpinet.comm import Comm
 from mpinet.experiments import DEFAULTS, check_sizes, expand_sweeps
+from mpinet.loop import train
 from mpinet.options import Impossible, Options, check_options
-from mpinet.train import train
 
 F64 = ("--dtype", "float64")
 
@@ -123,10 +124,10 @@ def test_a_checkpoint_of_one_subset_never_resumes_onto_another(tmp_path):
     arrays = dataset.load(d)
     ck = tmp_path / "ck" / "checkpoint.npz"
     first = Options(hidden=(6,), epochs=4, dtype="float64", train_samples=30)
-    train(arrays, first, Comm(None), ck)
+    train(arrays, first, Comm(None), Store(ck))
     messages = []
     other = Options(hidden=(6,), epochs=4, dtype="float64", train_samples=40)
-    result = train(arrays, other, Comm(None), ck, messages.append)
+    result = train(arrays, other, Comm(None), Store(ck, log=messages.append))
     assert result.resumed_from_epoch == 0, messages
     assert np.array_equal(result.params, train(arrays, other, Comm(None)).params)
 

@@ -11,10 +11,11 @@ import pytest
 from conftest import env, run_train, train_cmd, weights, write_dataset
 
 from mpinet import MpinetError, dataset
+from mpinet.checkpoint import Store
 from mpinet.comm import Comm
 from mpinet.launcher import library, mpiexec_argv
+from mpinet.loop import train
 from mpinet.options import Options, check_options
-from mpinet.train import train
 
 F64 = ("--dtype", "float64")
 
@@ -33,7 +34,7 @@ def test_serial_trains_in_process_without_mpi(small_dataset):
 def test_serial_cli_never_loads_mpi(small_dataset, tmp_path):
     code = (
         "import sys; sys.modules['mpi4py'] = None\n"  # any import of mpi4py now fails
-        "from mpinet.cli import main\n"
+        "from mpinet.train import main\n"
         f"sys.exit(main(['--data', '{small_dataset}', '--out', '{tmp_path / 'o'}', '--epochs', '2']))"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60)
@@ -146,7 +147,7 @@ def test_a_rank_that_raises_ends_the_job_instead_of_hanging(small_dataset, tmp_p
     code = (
         "import sys, numpy as np\n"
         "from mpi4py import MPI\n"
-        "from mpinet import cli\n"
+        "from mpinet import train as cli\n"
         "if MPI.COMM_WORLD.Get_rank() == 1:\n"
         "    cli.train = lambda *a, **k: (_ for _ in ()).throw(RuntimeError('rank 1 broke'))\n"
         f"sys.exit(cli.main(['--data', '{small_dataset}', '--out', '{tmp_path / 'o'}', "
@@ -292,7 +293,7 @@ def test_sigterm_then_rerun_resumes_to_the_uninterrupted_result(tmp_path):
 
 
 def test_batch_shuffle_reads_rows_without_copying():
-    from mpinet.train import _rows
+    from mpinet.loop import _rows
 
     x = np.arange(40, dtype=np.float32).reshape(10, 4)
     buf32, buf64 = np.empty((3, 4), np.float32), np.empty((3, 4), np.float64)
@@ -304,7 +305,7 @@ def test_batch_shuffle_reads_rows_without_copying():
 
 def _serial(data, epochs, ck, seconds=0.0, log=None):
     opts = Options(algorithm="serial", hidden=(8,), epochs=epochs, dtype="float64")
-    return train(dataset.load(data), opts, Comm(None), ck, log, checkpoint_seconds=seconds)
+    return train(dataset.load(data), opts, Comm(None), Store(ck, seconds, log or (lambda m: None)) if ck else None, log)
 
 
 def _stop_after(epochs: int):
@@ -368,10 +369,10 @@ def test_the_wait_for_a_slow_rank_is_told_apart_from_moving_bytes(small_dataset,
     code = (
         "import sys, time\n"
         "from mpi4py import MPI\n"
-        "from mpinet import cli, train\n"
+        "from mpinet import loop, train as cli\n"
         "if MPI.COMM_WORLD.Get_rank() == 1:\n"
-        "    fast = train._gradient\n"
-        "    train._gradient = lambda *a: (time.sleep(0.003), fast(*a))[1]\n"
+        "    fast = loop._gradient\n"
+        "    loop._gradient = lambda *a: (time.sleep(0.003), fast(*a))[1]\n"
         f"sys.exit(cli.main(['--data', '{small_dataset}', '--out', '{tmp_path / 'o'}', "
         "'--algorithm', 'allreduce', '--epochs', '3', '--batch-size', '2']))\n"
     )

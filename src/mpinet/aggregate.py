@@ -9,10 +9,10 @@ import pandas as pd
 from mpinet import MpinetError
 from mpinet.experiments import COLUMNS, LAUNCH
 from mpinet.layout import METRICS_FILE, RECORD_FILE
+from mpinet.loop import METRIC_COLUMNS
 from mpinet.options import COMPUTE_OPTIONS
 from mpinet.references import evaluate
 from mpinet.summary import headline_rst
-from mpinet.train import METRIC_COLUMNS
 
 PARAMS = ["dataset", *COLUMNS]
 # A run's serial baseline: same data, every option that decides compute time, same seed.

@@ -6,16 +6,46 @@ sidecar of metric rows that only grows by appending, so saving costs the same in
 """
 
 import json
-import os
-from dataclasses import asdict
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from mpinet import dataset
+from mpinet.files import atomic_path, temporary_path, write_text
 from mpinet.fingerprints import NUMERICS
 from mpinet.layout import CHECKPOINTS, RECORD_FILE
 from mpinet.options import Options
+
+
+@dataclass
+class Store:
+    """Rank 0's checkpoint of one run, as the epoch loop (mpinet.loop) sees it: resume, offer the
+    weights after an epoch (saved once `seconds` have passed since the last save, and after the
+    last epoch, so very short epochs do not spend their time writing files), discard."""
+
+    path: Path
+    seconds: float = 0.0
+    log: object = field(default=lambda msg: None)
+    _signature: str = ""
+    _saved_at: float = 0.0
+    _saved_rows: int = 0
+
+    def resume(self, opts: Options, arrays: dataset.Arrays, ranks: int, params: np.ndarray) -> tuple[int, list[dict]]:
+        """(epoch, metric rows) to go on from, with the weights loaded into params; (0, []) to start."""
+        self._signature = signature(opts, arrays, ranks)
+        epoch, rows = load_checkpoint(self.path, self._signature, params, self.log)
+        self._saved_at, self._saved_rows = time.monotonic(), len(rows)
+        return epoch, rows
+
+    def offer(self, params: np.ndarray, epoch: int, rows: list[dict], last: bool) -> None:
+        if last or time.monotonic() - self._saved_at >= self.seconds:
+            save_checkpoint(self.path, self._signature, params, epoch, rows[self._saved_rows :])
+            self._saved_at, self._saved_rows = time.monotonic(), len(rows)
+
+    def discard(self) -> None:
+        remove_checkpoint(self.path)
 
 
 def signature(opts: Options, arrays: dataset.Arrays, ranks: int) -> str:
@@ -42,7 +72,7 @@ def record_path(path: Path) -> Path:
 
 
 def _tmp_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp.npz")  # one fixed name: a killed writer leaves at most one
+    return temporary_path(path, suffix=".npz")
 
 
 def save_checkpoint(path: Path, signature: str, params: np.ndarray, epoch: int, new_rows: list[dict]) -> None:
@@ -51,9 +81,8 @@ def save_checkpoint(path: Path, signature: str, params: np.ndarray, epoch: int, 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(_metrics_path(path), "a") as f:
         f.writelines(json.dumps(row) + "\n" for row in new_rows)
-    tmp = _tmp_path(path)
-    np.savez(tmp, params=params, epoch=epoch, signature=signature)
-    os.replace(tmp, path)
+    with atomic_path(path, suffix=".npz") as tmp:
+        np.savez(tmp, params=params, epoch=epoch, signature=signature)
 
 
 def load_checkpoint(path: Path, signature: str, params: np.ndarray, log) -> tuple[int, list[dict]]:
@@ -97,9 +126,7 @@ def _difference(theirs: str, ours: str) -> str:
 def keep_run_record(path: Path, meta: dict) -> None:
     """Keep a finished run's run.json beside its final checkpoint: a run restored from that
     checkpoint reports when and where it really trained, not the restore."""
-    tmp = path.with_name(f".{path.name}.run.json.tmp")
-    tmp.write_text(json.dumps(meta, indent=2))
-    os.replace(tmp, record_path(path))
+    write_text(record_path(path), json.dumps(meta, indent=2))
 
 
 def run_record(path: Path) -> dict | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mpinet import MpinetError, dataset
+from mpinet import MpinetError, dataset, prepared
 from mpinet.split import stratified_split
 
 ID_NAME = re.compile(r"^(id|index|unnamed: ?0|)$", re.IGNORECASE)
@@ -138,11 +138,11 @@ def prepare_table(
         "seed": seed,
         "synthetic": False,
     }
-    with dataset.staging_dir(out_dir) as staging:
+    with prepared.staging_dir(out_dir) as staging:
         for name, rows in (("train", train_idx), ("test", test_idx)):
             np.save(staging / f"{name}_x.npy", z[rows])
             np.save(staging / f"{name}_y.npy", y[rows])
-        dataset.write(out_dir, staging, classes, summary)
+        prepared.write(out_dir, staging, classes, summary)
     return summary
 
 

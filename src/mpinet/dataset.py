@@ -6,9 +6,6 @@ A dataset directory holds float32 feature arrays and int64 label arrays as .npy 
 
 import hashlib
 import json
-import os
-import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,20 +131,6 @@ def _file_chunks(filename, x: np.ndarray, rows: int):
             yield start, buf[:n]
 
 
-def write(out_dir: str | Path, staging: Path, classes: list[str], summary: dict) -> None:
-    """Finish a dataset: move the four arrays from `staging` into out_dir, then classes and summary last.
-
-    The summary records the content fingerprint, so training need not read the arrays to know it.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(staging / "classes.json", classes)
-    summary = {**summary, "fingerprint": fingerprint(staging)}
-    for name in FILES[:5]:
-        os.replace(staging / name, out / name)
-    write_json(out / "summary.json", summary)
-
-
 def fingerprint(directory: str | Path) -> str:
     """sha256 over the four array files and classes.json, read in 8 MB chunks."""
     h = hashlib.sha256()
@@ -171,23 +154,6 @@ def _recorded_fingerprint(d: Path) -> str | None:
     return recorded if fresh and isinstance(recorded, str) else None
 
 
-@contextmanager
-def staging_dir(out_dir: str | Path):
-    """An empty scratch directory beside out_dir, removed when the block ends, whether it worked or not.
-
-    Nothing appears in out_dir until write() moves the finished files there.
-    """
-    out = Path(out_dir)
-    tmp = out.parent / f".{out.name}.partial"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def value_stats(x: np.ndarray) -> dict:
     """min, max, mean and std of a (memory-mapped) array, read in chunks (float64 sums of float32 rows)."""
     lo, hi, s, ss = np.inf, -np.inf, 0.0, 0.0
@@ -199,11 +165,3 @@ def value_stats(x: np.ndarray) -> dict:
     n = x.size
     mean = s / n
     return {"min": lo, "max": hi, "mean": mean, "std": float(np.sqrt(max(ss / n - mean**2, 0)))}
-
-
-def write_json(path: str | Path, obj) -> None:
-    """Write JSON atomically (temporary file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from tqdm import tqdm
 
 from mpinet import MpinetError
-from mpinet.dataset import staging_dir
+from mpinet.files import staging_dir
 
 KAGGLE_PREFIX = "kaggle:"
 # Data shipped inside the package, so a study run from any directory finds it: bundled:iris
@@ -50,6 +50,14 @@ def resolve_source(source: str) -> str:
     if source.startswith(BUNDLED_PREFIX):
         return str(Path(__file__).parent / "data" / BUNDLED[source[len(BUNDLED_PREFIX) :]])
     return source
+
+
+def source_digest(source: str) -> str:
+    """What a bundled source's files are, as a job parameter: its name and content hash (never the
+    install path, so the same data installed elsewhere refetches nothing); "" for other sources."""
+    if not source.startswith(BUNDLED_PREFIX):
+        return ""
+    return f"{source} sha256:{hashlib.sha256(Path(resolve_source(source)).read_bytes()).hexdigest()}"
 
 
 def source_error(name: str, entry: dict) -> str | None:
@@ -88,6 +96,7 @@ def fetch(
 ) -> Path:
     """Materialize `source` as a directory of files at out_dir (archives are unpacked)."""
     out = Path(out_dir)
+    source = resolve_source(source)
     with staging_dir(out) as staging:
         if source.startswith(("http://", "https://")):
             name = PurePosixPath(urllib.parse.urlparse(source).path).name or "download"

@@ -1,23 +1,28 @@
-"""Code fingerprints: one string per kind of job that changes when the code deciding that job's
-output changes, and only then. The jobs take it as a parameter (Snakemake reruns a job whose
-parameters changed) instead of listing their modules as inputs, so a comment, a docstring, a
-rename elsewhere or a release's new version number reruns nothing, while a change to what the job
-computes does.
+"""Code fingerprints: what a job's output depends on in the package, derived from the code itself.
 
-- NUMERICS: a training run's numbers (its weights and its timings); checkpoints carry it too.
-- FETCHING: a dataset's files as fetched and unpacked.
-- PREPARATION: the arrays preprocessing writes from them.
+The rule, written down once: a job depends on the package modules its entry module imports,
+directly or through other package modules (`closure`), and on nothing else of the package. The
+jobs take a fingerprint of those modules as a parameter (Snakemake reruns a job whose parameters
+changed), never a list of files or an install path, so:
 
-A fingerprint hashes the syntax trees of its modules with docstrings removed (comments are not in
-the tree). Guard tests fail when a job's output changes while its fingerprint does not
+- a change to what any of those modules computes reruns the job, a module added to its imports
+  included, with no list to keep;
+- a comment, a docstring, a help text (`help=`), the release's `__version__`, a change to a module
+  the job does not import, or the same package installed at another path reruns nothing.
+
+Training is the one job whose entry is not its command line: NUMERICS is the closure of the
+epoch loop (mpinet.loop), which is handed its checkpoint store and writes no file, so the
+command line, run.json and the checkpoint format (mpinet.train, .runfiles, .checkpoint) stay out
+while everything that decides a run's numbers or the rows it trains on (the model, the BLAS call,
+the exchange, the data as the trainer reads it, the options and their checks) is in.
+
+Guard tests fail when a job's output changes while its fingerprint does not
 (tests/test_numerics.py: tiny fixed trainings' weights; tests/test_preparation.py: fetched and
-prepared files): code outside the modules that changes the output needs the version bumped. A
-refactor the guard shows to give the recorded output keeps the fingerprint through an entry in
-`same` (the code's new hash -> the fingerprint before it), so upgrading over it reruns nothing.
-A change that makes the engine faster with the same weights is not such a refactor: a run's
-timings are its numbers too, and a study whose serial baseline and parallel runs came from two
-engines would divide one engine's time by the other's (the fused update and the blocked first
-layer of 2026-12-02 each got a new fingerprint for that reason).
+prepared files). A refactor the guard shows to give the recorded output keeps the fingerprint
+through an entry in `same` (the code's new hash -> the fingerprint before it), so upgrading over it
+reruns nothing. A change that makes the engine faster with the same weights is not such a
+refactor: a run's timings are its numbers too, and a study whose serial baseline and parallel runs
+came from two engines would divide one engine's time by the other's.
 """
 
 import ast
@@ -27,13 +32,14 @@ from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).parent
+ROOT_NAME = "mpinet"
 
 
 @dataclass(frozen=True)
 class CodeFingerprint:
     name: str
     version: int
-    modules: tuple[str, ...]
+    entries: tuple[str, ...]  # the modules the job runs; what they import is found from the code
     # refactors after which the guard test still gives the recorded output: code hash -> fingerprint
     same: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     root: Path = PACKAGE
@@ -44,50 +50,147 @@ class CodeFingerprint:
         return self.same.get(h, h)
 
     def code_hash(self) -> str:
-        """sha256 of the name, the version and the docstring-free syntax trees of the modules."""
-        return _code_hash(self.name, self.version, self.modules, self.root)
+        """sha256 of the name, the version and the code shapes of the modules in the closure."""
+        return _code_hash(self.name, self.version, self.modules(), self.root)
+
+    def modules(self) -> tuple[str, ...]:
+        """The package modules this job depends on (dotted names, sorted)."""
+        return closure(self.entries, self.root)
 
 
+# a training run's numbers (its weights and its timings); checkpoints and run.json carry it too
 NUMERICS = CodeFingerprint(
     "numerics",
     1,
-    # the forward/backward/update (and the BLAS call it fuses), the exchange between ranks, the data
-    # as the trainer reads it, and the epoch loop; not the options' help texts, the CLI, checkpoints
-    # or run.json (mpinet.options, .cli, .checkpoint, .runfiles)
-    ("model.py", "blas.py", "comm.py", "dataset.py", "train.py"),
+    ("mpinet.loop",),
     {
         "5009140d42f8b9a6": "3f0865c25f1a9cca",  # 0.4.0: train()'s setup and epoch loop moved into _Run
         "b255860bc5887031": "d8023681db0bdf4e",  # the first layer's blocked sum as model.blocked_matmul
+        # 0.4.0: the modules derived from the loop's imports (options in; checkpoints and JSON writing out)
+        "b3c9c6a72bbdabb4": "d8023681db0bdf4e",
     },
 )
 # what lands in resources/raw/<dataset>: the download, the checksum check and the unpacking
-FETCHING = CodeFingerprint("fetching", 1, ("fetch.py",))
+FETCHING = CodeFingerprint(
+    "fetching",
+    1,
+    ("mpinet.fetch",),
+    {"ce61ed966d295ffc": "0ab16cf8a1426656"},  # 0.4.0: derived modules; bundled sources resolved in fetch()
+)
 # the arrays from those files: finding the files, decoding, splitting, standardizing, writing
 PREPARATION = CodeFingerprint(
-    "preparation", 1, ("prepare.py", "csvdata.py", "images.py", "split.py", "dataset.py", "fetch.py")
+    "preparation",
+    1,
+    ("mpinet.prepare",),
+    {"551803b57bca7007": "d17364a9ba7f0492"},  # 0.4.0: derived modules; dataset writing in mpinet.prepared
 )
+# the generated stand-in for the Intel archive
+SYNTHESIS = CodeFingerprint("synthesis", 1, ("mpinet.synthetic",))
+
+
+def job_code(*entries: str) -> str:
+    """The fingerprint of a job that runs these package modules (`python -m` commands)."""
+    return CodeFingerprint("job", 1, tuple(entries)).value()
+
+
+def script_code(script: str | Path) -> str:
+    """The fingerprint of a job that runs a workflow script: the script's own code shape and the
+    package modules it imports, found in it."""
+    source = Path(script).read_text()
+    modules = script_modules(source)
+    return hashlib.sha256(f"{job_code(*modules)} {code_shape(source)}".encode()).hexdigest()[:16]
+
+
+def script_modules(source: str) -> tuple[str, ...]:
+    """The package modules a workflow script (an adapter outside the package) imports."""
+    return tuple(sorted(_imports(source, ROOT_NAME, PACKAGE)))
+
+
+def closure(entries: tuple[str, ...], root: Path = PACKAGE) -> tuple[str, ...]:
+    """The entries and every package module they import, directly or through each other."""
+    seen, todo = set(), list(entries)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(_imports(_module_file(name, root).read_text(), name, root))
+    return tuple(sorted(seen))
+
+
+def _module_file(name: str, root: Path) -> Path:
+    """The file of a dotted package module name (a subpackage is its __init__.py)."""
+    parts = name.split(".")[1:]
+    path = root.joinpath(*parts)
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def _is_module(name: str, root: Path) -> bool:
+    parts = name.split(".")[1:]
+    path = root.joinpath(*parts)
+    return (path / "__init__.py").is_file() or path.with_suffix(".py").is_file()
+
+
+def _imports(source: str, importer: str, root: Path) -> set[str]:
+    """Package modules a source imports anywhere in it (a function's lazy import included), with the
+    packages their import runs (`mpinet.x.y` runs mpinet and mpinet.x first)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, importer)
+            # `from mpinet import x`: x is a module, or a name of mpinet/__init__.py
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name and (name == ROOT_NAME or name.startswith(ROOT_NAME + ".")) and _is_module(name, root):
+                parts = name.split(".")
+                found.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    return found
+
+
+def _absolute(node: ast.ImportFrom, importer: str) -> str:
+    if not node.level:
+        return node.module or ""
+    package = importer.split(".")[: -node.level] if importer != ROOT_NAME else [ROOT_NAME]
+    return ".".join([*package, *([node.module] if node.module else [])])
 
 
 @cache
 def _code_hash(name: str, version: int, modules: tuple[str, ...], root: Path) -> str:
     h = hashlib.sha256(f"{name} v{version}".encode())
     for module in modules:
-        h.update(module.encode() + b"\0" + code_shape((root / module).read_text()).encode())
+        h.update(module.encode() + b"\0" + code_shape(_module_file(module, root).read_text()).encode())
     return h.hexdigest()[:16]
 
 
 def code_shape(source: str) -> str:
-    """Python source as its syntax tree without docstrings: equal for sources that differ only in
-    comments, docstrings, blank lines and layout."""
+    """Python source as its syntax tree without docstrings, help texts (`help=` arguments) and the
+    `__version__` assignment: equal for sources that differ only in those, comments, blank lines
+    and layout."""
     tree = ast.parse(source)
+    tree.body = [s for s in tree.body if not _is_version(s)]
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body:
-            first = body[0]
-            if (
-                isinstance(first, ast.Expr)
-                and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)
-            ):
+            if _is_text(body[0]):
                 node.body = body[1:] or [ast.Pass()]
+        if isinstance(node, ast.keyword) and node.arg == "help":
+            node.value = ast.Constant("")
     return ast.dump(tree, annotate_fields=False)
+
+
+def _is_text(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
+
+
+def _is_version(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == "__version__" for t in statement.targets
+    )

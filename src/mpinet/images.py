@@ -14,7 +14,7 @@ from numpy.lib.format import open_memmap
 from PIL import Image, ImageOps
 from tqdm import tqdm
 
-from mpinet import MpinetError, dataset
+from mpinet import MpinetError, dataset, prepared
 from mpinet.fetch import is_metadata
 from mpinet.split import stratified_split
 
@@ -83,7 +83,7 @@ def prepare_images(
             f for f in splits["pred"].iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and not is_metadata(f.name)
         )
         jobs.append(("pred", pred, None))
-    with dataset.staging_dir(out_dir) as staging:
+    with prepared.staging_dir(out_dir) as staging:
         skipped: list[dict] = []
         counts = _decode_splits(root, jobs, classes, staging, image_size, skip_bad_images, skipped, workers)
         channel_stats = _standardize_splits(staging, [split for split, *_ in jobs]) if standardize else None
@@ -109,7 +109,7 @@ def prepare_images(
             if (staging / extra).exists():
                 Path(out_dir).mkdir(parents=True, exist_ok=True)
                 os.replace(staging / extra, Path(out_dir) / extra)
-        dataset.write(out_dir, staging, classes, summary)
+        prepared.write(out_dir, staging, classes, summary)
     return summary
 
 

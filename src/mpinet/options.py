@@ -12,7 +12,7 @@ SHUFFLES = ("samples", "batches")
 DTYPES = ("float32", "float64")
 
 
-def _option(default, help: str, choices: tuple[str, ...] | None = None):
+def _option(default, *, help: str, choices: tuple[str, ...] | None = None):
     return field(default=default, metadata={"help": help, "choices": choices})
 
 
@@ -25,33 +25,34 @@ class Options:
     these fields. Their order is the run path's order (the grid puts `ranks` after algorithm).
     """
 
-    algorithm: str = _option("serial", "training design", ALGORITHMS)
-    blas_threads: int = _option(1, "BLAS threads per rank (ranks x threads is the cores a run uses)")
-    batch_size: int = _option(4, "samples per step per training rank")
-    learning_rate: float = _option(0.3, "SGD step size, for gradients averaged over the global batch")
-    epochs: int = _option(100, "passes over the training set")
+    algorithm: str = _option("serial", help="training design", choices=ALGORITHMS)
+    blas_threads: int = _option(1, help="BLAS threads per rank (ranks x threads is the cores a run uses)")
+    batch_size: int = _option(4, help="samples per step per training rank")
+    learning_rate: float = _option(0.3, help="SGD step size, for gradients averaged over the global batch")
+    epochs: int = _option(100, help="passes over the training set")
     train_samples: int = _option(
-        0, "train on a seeded, class-stratified subset of this many training samples (0: all); the test set stays whole"
+        0,
+        help="train on a seeded, class-stratified subset of this many training samples (0: all); the test set stays whole",
     )
     samples_per_rank: int = _option(
-        0, "weak scaling: train on this many samples per training rank (0: off; excludes train_samples)"
+        0, help="weak scaling: train on this many samples per training rank (0: off; excludes train_samples)"
     )
-    hidden: tuple[int, ...] = _option((30, 20), "hidden layer sizes")
-    loss: str = _option("l2", "l2 on one-hot labels or softmax cross-entropy", LOSSES)
-    standardize: bool = _option(True, "standardize each sample's hidden pre-activations (true/false)")
-    dtype: str = _option("float32", "floating-point type of the computation", DTYPES)
+    hidden: tuple[int, ...] = _option((30, 20), help="hidden layer sizes")
+    loss: str = _option("l2", help="l2 on one-hot labels or softmax cross-entropy", choices=LOSSES)
+    standardize: bool = _option(True, help="standardize each sample's hidden pre-activations (true/false)")
+    dtype: str = _option("float32", help="floating-point type of the computation", choices=DTYPES)
     sync_every: int = _option(
-        1, "allreduce only: 1 averages gradients every step; k > 1 averages weights every k steps (local SGD)"
+        1, help="allreduce only: 1 averages gradients every step; k > 1 averages weights every k steps (local SGD)"
     )
     shuffle: str = _option(
         "samples",
-        "per epoch, permute single samples (copies each batch) or whole contiguous batches (zero-copy)",
-        SHUFFLES,
+        help="per epoch, permute single samples (copies each batch) or whole contiguous batches (zero-copy)",
+        choices=SHUFFLES,
     )
     faithful: bool = _option(
-        False, "reproduce the original Go project's numerics and summed updates, bugs included (true/false)"
+        False, help="reproduce the original Go project's numerics and summed updates, bugs included (true/false)"
     )
-    seed: int = _option(1, "seeds the initial weights and the sample order")
+    seed: int = _option(1, help="seeds the initial weights and the sample order")
 
 
 # The options that leave a step's compute time alone, and why: they change only the numbers

@@ -12,10 +12,11 @@ import numpy as np
 
 from mpinet import __version__, blas, dataset
 from mpinet.comm import Comm, mpi_library_version
+from mpinet.files import atomic_path, write_json
 from mpinet.fingerprints import NUMERICS
 from mpinet.layout import CONFUSION_FILE, METRICS_FILE, RECORD_FILE, WEIGHTS_FILE
+from mpinet.loop import METRIC_COLUMNS, Result
 from mpinet.options import Options, data_ranks, train_size
-from mpinet.train import METRIC_COLUMNS, Result
 
 # Settings that change timings without changing a number: BLAS kernels, and MPICH's network module
 # and transport (a run across nodes over TCP and one over InfiniBand are different measurements)
@@ -42,24 +43,18 @@ SLURM_VARIABLES = (
 def write_outputs(out: Path, result: Result, opts: Options, arrays: dataset.Arrays, meta: dict) -> None:
     """metrics.csv, confusion.csv, weights.npz and run.json (last), each written atomically."""
     out.mkdir(parents=True, exist_ok=True)
-    tag = f".tmp{os.getpid()}"
-    tmp = out / f"{METRICS_FILE}{tag}"
-    with open(tmp, "w", newline="") as f:
+    with atomic_path(out / METRICS_FILE) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
         w.writeheader()
         w.writerows(result.metrics)
-    os.replace(tmp, out / METRICS_FILE)
-    tmp = out / f"{CONFUSION_FILE}{tag}"
-    with open(tmp, "w", newline="") as f:
+    with atomic_path(out / CONFUSION_FILE) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["true\\predicted", *arrays.classes])
         for name, row in zip(arrays.classes, result.confusion):
             w.writerow([name, *row.tolist()])
-    os.replace(tmp, out / CONFUSION_FILE)
-    tmp = out / f"{Path(WEIGHTS_FILE).stem}{tag}.npz"
-    np.savez(tmp, params=result.params, sizes=np.array(result.net.sizes))
-    os.replace(tmp, out / WEIGHTS_FILE)
-    dataset.write_json(out / RECORD_FILE, {"options": asdict(opts), **meta})
+    with atomic_path(out / WEIGHTS_FILE, suffix=".npz") as tmp:
+        np.savez(tmp, params=result.params, sizes=np.array(result.net.sizes))
+    write_json(out / RECORD_FILE, {"options": asdict(opts), **meta})
 
 
 def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays, launcher: str | None = None) -> dict:

@@ -1,320 +1,207 @@
-"""Training: the epoch loop shared by the serial, Allreduce and parameter-server designs, and its CLI.
+"""The training command line (`python -m mpinet.train`): options in, a run's files out, one-line
+errors, and an abort of every rank when one fails."""
 
-Sample order: in epoch e every rank draws the same random order from the seed pair
-(seed, e). Step k takes the next global batch of b * D rows (D = ranks that train) and
-rank i trains on the i-th of D equal slices of it, read from the memory-mapped array. The
-averaged update of a step is therefore exactly the gradient of the whole global batch, so
-`allreduce` on P ranks with batch b equals `serial` with batch b * P, and the parameter
-server with P workers equals `allreduce` on P ranks.
-
-`shuffle` picks what the random order permutes: `samples` (every epoch a fresh permutation
-of the rows; each rank copies its rows into a contiguous buffer) or `batches` (the rows stay
-in the order preprocessing stored them, which is already a seeded random order, and the
-order of the contiguous global batches is shuffled; a rank's slice is then a view into the
-memory map, with no copy at all).
-"""
-
-import math
+import argparse
+import os
+import resource
+import signal
+import sys
 import time
-from dataclasses import dataclass, field
+import traceback
+from dataclasses import fields
 from pathlib import Path
 
-import numpy as np
-
 from mpinet import MpinetError, dataset
-from mpinet.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint, signature
-from mpinet.comm import Comm, exchange_for
-from mpinet.model import Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
-from mpinet.options import Options, check_options, data_ranks, train_size
+from mpinet.checkpoint import Store, keep_run_record, remove_checkpoint, run_record
+from mpinet.comm import Comm, world
+from mpinet.loop import train
+from mpinet.options import Options, option_flag
+from mpinet.runfiles import run_metadata, write_outputs
 
-METRIC_COLUMNS = (
-    "epoch",
-    "train_loss",
-    "train_accuracy",
-    "test_loss",
-    "test_accuracy",
-    "time_s",
-    "compute_s",
-    "comm_s",
-    "wait_s",
-    "wait_max_s",
-    "transfer_s",
-    "transfer_max_s",
-    "eval_s",
-    "bytes_sent",
-)
-EVAL_BATCH = 1024
+# one-at-a-time: the workflow ran no other training job beside this one (local runs);
+# exclusive-node: SLURM gave the job whole nodes; shared: neither; unknown: started by hand
+ISOLATION = ("one-at-a-time", "exclusive-node", "shared", "unknown")
 
 
-@dataclass
-class Result:
-    params: np.ndarray  # float[n_params], the final weights (identical on every rank)
-    net: Net
-    metrics: list[dict] = field(default_factory=list)  # one row per epoch, METRIC_COLUMNS
-    confusion: np.ndarray | None = None  # int64[classes, classes]: rows true, columns predicted
-    resumed_from_epoch: int = 0
-
-
-def train(
-    arrays: dataset.Arrays,
-    opts: Options,
-    comm: Comm,
-    checkpoint: Path | None = None,
-    log=None,
-    checkpoint_seconds: float = 0.0,
-) -> Result:
-    """Train on `arrays` with the design in opts.algorithm over `comm`; every rank calls this.
-
-    A checkpoint is written after an epoch once checkpoint_seconds have passed since the last
-    one (0: after every epoch), so very short epochs do not spend their time writing files.
-    """
-    log = log or (lambda msg: None)
-    check_options(opts, comm.size, len(arrays.train_y), len(arrays.classes))
-    run = _Run.start(arrays, opts, comm)
-    result = Result(run.params, run.net)
-    run_signature = signature(opts, arrays, comm.size)
-    start_epoch = 0
-    if checkpoint is not None and comm.rank == 0:
-        start_epoch, result.metrics = load_checkpoint(checkpoint, run_signature, run.params, log)
-        result.resumed_from_epoch = start_epoch
-    start_epoch = int(comm.max(float(start_epoch)))  # rank 0 alone reads the file
-    last_save, saved_rows = time.monotonic(), len(result.metrics)
-    comm.bcast(run.params)  # identical weights everywhere, whatever a rank's RNG or file did
-
-    for epoch in range(start_epoch + 1, opts.epochs + 1):
-        sums, timings = run.train_epoch(epoch)
-        # evaluation on the whole test set, and the epoch's metrics reduced over the ranks
-        t0 = time.perf_counter()
-        test_sums, confusion = run.evaluate()
-        timings = (timings[0], time.perf_counter() - t0, *timings[1:])
-        comm.sum_untimed(sums)
-        row = _epoch_row(epoch, sums, test_sums, timings, comm, run.exchange.trains)
-        if not all(math.isfinite(row[c]) for c in ("train_loss", "test_loss")):
-            if checkpoint is not None and comm.rank == 0:
-                remove_checkpoint(checkpoint)
-            raise MpinetError(
-                f"training diverged in epoch {epoch}: loss is {row['train_loss']}; "
-                f"lower learning_rate (now {opts.learning_rate}) or use loss xent"
-            )
-        result.metrics.append(row)
-        result.confusion = confusion
-        log(_progress(row, opts.epochs))
-        # checkpoint, at most every checkpoint_seconds (and after the last epoch)
-        due = time.monotonic() - last_save >= checkpoint_seconds or epoch == opts.epochs
-        if checkpoint is not None and comm.rank == 0 and due:
-            save_checkpoint(checkpoint, run_signature, run.params, epoch, result.metrics[saved_rows:])
-            last_save, saved_rows = time.monotonic(), len(result.metrics)
-    if result.confusion is None:  # resumed after the last epoch: evaluate once for the matrix
-        _, result.confusion = run.evaluate()
-    return result
-
-
-@dataclass
-class _Run:
-    """One rank's share of a run: the network, its weights and gradient with their per-layer views,
-    the exchange, which rows this rank trains on, and the preallocated step buffers."""
-
-    arrays: dataset.Arrays
-    opts: Options
-    comm: Comm
-    net: Net
-    params: np.ndarray
-    grads: np.ndarray
-    layers: list
-    grad_layers: list
-    exchange: object
-    n_data: int  # ranks that train
-    my_slot: int  # this rank's slot among them
-    n: int  # rows trained on
-    subset: np.ndarray | None  # their indices into the memory map, or None for all rows
-    ws: Workspace
-    xbuf: np.ndarray
-
-    @classmethod
-    def start(cls, arrays: dataset.Arrays, opts: Options, comm: Comm) -> "_Run":
-        dt = np.dtype(opts.dtype)
-        sizes = (arrays.train_x.shape[1], *opts.hidden, len(arrays.classes))
-        net = Net(sizes, opts.loss, opts.standardize, dt, opts.faithful)
-        params = init_params(net, opts.seed)
-        grads = np.zeros_like(params)
-        exchange = exchange_for(opts.algorithm, opts.sync_every, comm, net.n_params, dt)
-        n_data = data_ranks(opts.algorithm, comm.size)
-        my_slot = comm.rank - 1 if opts.algorithm == "paramserver" else comm.rank
-        # the rows trained on: all, or a subset (indices into the memory map; nothing is copied on disk)
-        n = train_size(opts, n_data, len(arrays.train_y))
-        subset = None if n == len(arrays.train_y) else dataset.subset_rows(arrays.train_y, n, len(arrays.classes))
-        # buffers for the rows a rank can hold in one step: a batch_size beyond the data allocates no more
-        ws = Workspace(net, min(opts.batch_size, math.ceil(n / n_data)))
-        xbuf = np.empty((ws.batch, net.sizes[0]), dtype=dt)
-        views = layer_views(net, params), layer_views(net, grads)
-        return cls(arrays, opts, comm, net, params, grads, *views, exchange, n_data, my_slot, n, subset, ws, xbuf)
-
-    def train_epoch(self, epoch: int) -> tuple[np.ndarray, tuple]:
-        """One pass over the rows: this rank's (loss, correct, rows) sums, and (train seconds, seconds
-        waited for the slowest rank, comm seconds and bytes sent before the epoch)."""
-        opts, comm = self.opts, self.comm
-        global_batch = opts.batch_size * self.n_data
-        steps = math.ceil(self.n / global_batch)
-        # this epoch's order: a permutation of rows or of whole batches, the same on every rank
-        rng = np.random.default_rng([opts.seed, epoch])
-        order = rng.permutation(self.n) if opts.shuffle == "samples" else rng.permutation(steps) * global_batch
-        sums = np.zeros(3)  # training loss, correct predictions, samples: this rank's share
-        comm_before, bytes_before = comm.seconds, comm.bytes_sent
-        # per communicating step, the compute since the last exchange: the slowest rank's sets the wait
-        computed, talked = np.zeros(steps), np.zeros(steps, dtype=bool)
-        t0 = time.perf_counter()
-        left = t0
-        for k in range(steps):
-            if self.exchange.trains:
-                # the rows of step k: this rank's slot of the k-th global batch
-                batch = _global_batch(order, k, global_batch, self.n, opts.shuffle)
-                mine = _slot(batch, self.my_slot, self.n_data)
-                rows = mine if self.subset is None else self.subset[mine]
-                x, y = _rows_of(self.arrays, rows, self.xbuf, opts.shuffle, self.subset is None)
-                # forward and backward: the loss on those rows and the lr-scaled gradient, in grads
-                scale = _step_scale(opts, len(batch), len(mine))
-                sums += _gradient(self, x, y, scale)
-            # exchange: combine the ranks' updates and step (Allreduce, local SGD or the server)
-            before, arrived = comm.seconds, time.perf_counter()
-            self.exchange.step(self.params, self.grads, k, steps)
-            if comm.seconds != before:
-                computed[k], talked[k], left = arrived - left, True, time.perf_counter()
-        t_train = time.perf_counter() - t0
-        return sums, (t_train, _waited(comm, computed, talked), comm_before, bytes_before)
-
-    def evaluate(self):
-        a = self.arrays
-        return _evaluate(self.net, self.layers, a.test_x, a.test_y, self.comm, self.ws.batch)
-
-
-def _progress(row: dict, epochs: int) -> str:
-    return (
-        f"epoch {row['epoch']}/{epochs} train_loss={row['train_loss']:.4f} "
-        f"train_acc={row['train_accuracy']:.3f} test_acc={row['test_accuracy']:.3f} "
-        f"time={row['time_s']:.3f}s comm={row['comm_s']:.3f}s"
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m mpinet.train",
+        description=(
+            "Train the fully connected sigmoid network on a preprocessed dataset. "
+            "serial runs as one plain process; allreduce and paramserver run under an MPI "
+            "launcher, e.g. `mpiexec -n 3 python -m mpi4py -m mpinet.train --algorithm "
+            "paramserver --expect-ranks 3 ...` or `srun --mpi=pmi2 -n 3 ...`."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    p.add_argument("--data", required=True, help="dataset directory written by the preprocessing step")
+    p.add_argument("--out", required=True, help="directory for metrics.csv, confusion.csv, weights.npz, run.json")
+    for f in fields(Options):
+        kw = {"default": f.default, "help": f.metadata["help"], "type": f.type, "choices": f.metadata["choices"]}
+        if f.type is bool:
+            kw["type"] = _boolean
+        elif f.name == "hidden":
+            kw.update(type=int, nargs="+", default=list(f.default))
+        p.add_argument(option_flag(f.name), **kw)
+    p.add_argument(
+        "--isolation",
+        choices=ISOLATION,
+        default="unknown",
+        help="recorded in run.json: how the launcher kept other training jobs off this job's cores",
+    )
+    p.add_argument(
+        "--expect-ranks",
+        type=int,
+        default=None,
+        help="fail at once unless the MPI communicator has exactly this many ranks",
+    )
+    p.add_argument("--launcher", default=None, help="recorded in run.json: the launcher line that started the ranks")
+    p.add_argument("--checkpoint", default=None, help="checkpoint file, written after epochs and resumed from")
+    p.add_argument(
+        "--keep-final-checkpoint",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="after the last epoch keep the checkpoint (with the run's run.json), so a rerun restores the "
+        "finished run's outputs instead of training again; auto (default): yes inside a SLURM job, where a "
+        "failed neighbour in the run's pool makes Snakemake remove its outputs, no elsewhere",
+    )
+    p.add_argument(
+        "--checkpoint-seconds",
+        type=float,
+        default=10.0,
+        help="write the checkpoint after the first epoch that ends this long after the last one (0: every epoch)",
+    )
+    return p.parse_args(argv)
 
 
-def _step_scale(opts: Options, global_rows: int, my_rows: int) -> float:
-    """The factor on a rank's summed gradient that makes the exchange's update the right one."""
-    if opts.faithful:
-        return opts.learning_rate  # the original summed its updates over the batch and the ranks
-    if opts.sync_every == 1:
-        return opts.learning_rate / global_rows  # an average over the whole global batch once summed
-    return opts.learning_rate / max(my_rows, 1)  # local SGD: every rank steps on its own slice
+def options_from_args(a: argparse.Namespace) -> Options:
+    return Options(**{f.name: tuple(a.hidden) if f.name == "hidden" else getattr(a, f.name) for f in fields(Options)})
 
 
-def _rows_of(arrays: dataset.Arrays, rows: np.ndarray, xbuf: np.ndarray, shuffle: str, whole: bool):
-    """Features and labels of the given training rows: copied in file order, or a zero-copy view
-    (contiguous batches of the whole set; a subset's batch is not contiguous in the file)."""
-    if shuffle == "samples" or not whole:
-        rows = np.sort(rows)  # sequential reads of the memory map
-        return _gather(arrays.train_x, rows, xbuf), np.asarray(arrays.train_y[rows])
-    return _rows(arrays.train_x, rows, xbuf), np.asarray(arrays.train_y[rows])
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    opts = options_from_args(args)
+    comm = Comm(None) if opts.algorithm == "serial" else world()
+    log = _logger(comm)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _interrupted(comm, args.checkpoint))
+    try:
+        expected = args.expect_ranks if args.expect_ranks is not None else comm.size
+        if comm.size != expected:
+            raise MpinetError(
+                f"the MPI communicator has {comm.size} rank(s) but --expect-ranks is {expected}; start "
+                f"the job with `mpiexec -n {expected}` or `srun --mpi=pmi2 -n {expected}` (a launcher "
+                "without MPI support starts independent 1-rank copies)"
+            )
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=max(1, opts.blas_threads), user_api="blas"):
+            _train_and_record(args, opts, comm, log)
+        return 0
+    except MpinetError as e:
+        say(f"mpinet.train: error: {e}")
+        _abort(comm)
+        return 1
+    except Exception:
+        traceback.print_exc()
+        sys.stderr.flush()
+        _abort(comm)
+        return 1
 
 
-def _gradient(run: _Run, x, y, scale) -> tuple[float, int, int]:
-    """(loss, correct, rows) of x, and the scaled gradient in run.grads (zero when the slot is
-    empty) or, where the exchange wants no gradient, the update applied to run.params."""
-    fused = run.exchange.updates_in_backward
-    if not len(y):
-        if not fused:
-            run.grads.fill(0)
-        return 0.0, 0, 0
-    out = forward(run.net, run.layers, x, run.ws)
-    loss, correct = loss_and_correct(run.net, out, y)
-    backward(run.net, run.layers, run.grad_layers, x, y, run.ws, scale, update=fused)
-    return loss, correct, len(y)
-
-
-def _global_batch(order: np.ndarray, k: int, size: int, n: int, shuffle: str) -> np.ndarray:
-    """Row indices of step k's global batch; `order` is this epoch's permutation of rows or of batch starts."""
-    if shuffle == "samples":
-        return order[k * size : (k + 1) * size]
-    return np.arange(order[k], min(order[k] + size, n))
-
-
-def _slot(batch: np.ndarray, slot: int, slots: int) -> np.ndarray:
-    """The slot-th of `slots` near-equal consecutive slices of batch (np.array_split's split)."""
-    q, r = divmod(len(batch), slots)
-    start = slot * q + min(slot, r)
-    return batch[start : start + q + (slot < r)]
-
-
-def _gather(x_all: np.ndarray, rows: np.ndarray, buf: np.ndarray) -> np.ndarray:
-    """Copy the given rows of a (memory-mapped) array into a contiguous buffer of the training dtype."""
-    out = buf[: len(rows)]
-    for i, r in enumerate(rows):  # row by row: 3x faster than np.take for long rows, and casts on the fly
-        out[i] = x_all[r]
-    return out
-
-
-def _rows(x_all: np.ndarray, rows: np.ndarray, buf: np.ndarray) -> np.ndarray:
-    """Consecutive rows of x_all: a view when the dtype matches (no copy), else converted into buf."""
-    view = x_all[rows[0] : rows[-1] + 1] if len(rows) else x_all[:0]
-    if view.dtype == buf.dtype:
-        return view
-    out = buf[: len(rows)]
-    out[...] = view
-    return out
-
-
-def _evaluate(net, layers, x_all, y_all, comm: Comm, batch: int):
-    """Loss sum, correct count and count over the full test set, split across all ranks; and the confusion matrix."""
-    rows = _slot(np.arange(len(y_all)), comm.rank, comm.size)
-    k = net.sizes[-1]
-    ws = Workspace(net, max(batch, min(EVAL_BATCH, len(rows))))
-    buf = np.empty((ws.batch, net.sizes[0]), dtype=net.dtype)
-    sums = np.zeros(3 + k * k)  # loss, correct, count, then the flattened confusion matrix
-    confusion = sums[3:].reshape(k, k)
-    for start in range(0, len(rows), ws.batch):
-        idx = rows[start : start + ws.batch]
-        y = np.asarray(y_all[idx])
-        out = forward(net, layers, _gather(x_all, idx, buf), ws)
-        loss, correct = loss_and_correct(net, out, y)
-        sums[:3] += (loss, correct, len(idx))
-        np.add.at(confusion, (y, np.argmax(out, axis=1)), 1)
-    comm.sum_untimed(sums)
-    return sums[:3], sums[3:].reshape(k, k).astype(np.int64)
-
-
-def _waited(comm: Comm, computed: np.ndarray, talked: np.ndarray) -> float:
-    """Seconds this rank sat in the epoch's exchanges waiting for the slowest rank to arrive, from
-    timestamps alone (no barrier): ranks leave an exchange together, so a rank that computed c
-    while the slowest computed max(c) waits max(c) - c before any byte can move."""
-    slowest = computed.copy()
-    comm.max_untimed(slowest)
-    return float((slowest - computed)[talked].sum())
-
-
-def _epoch_row(epoch, sums, test_sums, timings, comm: Comm, trains: bool):
-    t_train, t_eval, waited, comm_before, bytes_before = timings
-    comm_s = comm.seconds - comm_before
-    waited = min(waited, comm_s)  # a wait is spent inside the exchange's time
-    per_rank = np.array([(t_train - comm_s) * trains, comm_s * trains, trains, waited * trains], dtype=np.float64)
-    comm.sum_untimed(per_rank)  # means over the ranks that train
-    return {
-        "epoch": epoch,
-        "train_loss": sums[0] / sums[2],
-        "train_accuracy": sums[1] / sums[2],
-        "test_loss": test_sums[0] / test_sums[2],
-        "test_accuracy": test_sums[1] / test_sums[2],
-        "time_s": comm.max(t_train),
-        "compute_s": per_rank[0] / per_rank[2],
-        "comm_s": per_rank[1] / per_rank[2],
-        # comm_s = waiting for the slowest rank + moving the bytes; mean and max over training ranks
-        "wait_s": per_rank[3] / per_rank[2],
-        "wait_max_s": comm.max(waited * trains),
-        "transfer_s": (per_rank[1] - per_rank[3]) / per_rank[2],
-        "transfer_max_s": comm.max((comm_s - waited) * trains),
-        "eval_s": comm.max(t_eval),
-        "bytes_sent": int(comm.max(float(comm.bytes_sent - bytes_before))),
+def _train_and_record(args: argparse.Namespace, opts: Options, comm: Comm, log) -> None:
+    """Load the data, train, and (rank 0) write the outputs with the run's record."""
+    arrays = dataset.load(args.data, check_values=comm.rank == 0)
+    log(
+        f"{opts.algorithm} on {comm.size} rank(s): {len(arrays.train_y)} training samples, "
+        f"{len(arrays.test_y)} test samples, {arrays.train_x.shape[1]} features"
+    )
+    t0 = time.perf_counter()
+    started, load_start = _now(), os.getloadavg()[0]
+    ck = Path(args.checkpoint) if args.checkpoint else None
+    store = Store(ck, args.checkpoint_seconds, log) if ck is not None else None
+    result = train(arrays, opts, comm, store, log)
+    meta = run_metadata(comm, opts, args.data, arrays, args.launcher)
+    meta["train_seconds"] = time.perf_counter() - t0
+    # whether anything else could have run beside this job, and how busy the machine was
+    meta["timing"] = {
+        "isolation": args.isolation,
+        "start": started,
+        "end": _now(),
+        "load1_start": load_start,
+        "load1_end": os.getloadavg()[0],
     }
+    meta["resumed_from_epoch"] = result.resumed_from_epoch
+    meta["peak_rss_mb"] = comm.max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # max over ranks
+    if comm.rank != 0:
+        return
+    if ck is not None and result.resumed_from_epoch == opts.epochs and (kept := run_record(ck)):
+        # a finished run's outputs rebuilt from its final checkpoint: its own record
+        meta = dict(kept, restored_from_checkpoint=_now())
+        log("restored the finished run from its final checkpoint; nothing was trained")
+    keep = args.keep_final_checkpoint == "yes" or (
+        args.keep_final_checkpoint == "auto" and "SLURM_JOB_ID" in os.environ
+    )
+    if ck is not None and keep:
+        keep_run_record(ck, meta)  # first: killed before the outputs, the retry still restores
+    write_outputs(Path(args.out), result, opts, arrays, meta)
+    if ck is not None and not keep:
+        remove_checkpoint(ck)
+    log(f"wrote {args.out}")
+
+
+def _abort(comm) -> None:
+    """End every rank. With several ranks, first give the launcher a moment to forward what this
+    rank printed: an abort from the rank that fails first kills the others' output in flight, and
+    a rank's own line was seen lost that way (a log holding only its first line)."""
+    if comm.size > 1:
+        time.sleep(0.5)
+    comm.abort(1)
+
+
+def say(line: str) -> None:
+    """One line on stderr in one write: print() writes the text and its newline apart, and the ranks
+    share the launcher's pipe, so another rank's line could land in between (seen: an error line
+    glued to the end of rank 0's progress line)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _now() -> str:
+    from datetime import datetime
+
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+def _boolean(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("true", "yes", "1", "on"):
+        return True
+    if t in ("false", "no", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _logger(comm: Comm):
+    def log(msg: str) -> None:
+        if comm.rank == 0:
+            say(f"[{time.strftime('%H:%M:%S')}] {msg}")
+
+    return log
+
+
+def _interrupted(comm: Comm, checkpoint):
+    """SLURM's time limit, scancel and preemption send SIGTERM: leave at once, keeping the
+    last complete checkpoint (it is only ever replaced atomically)."""
+
+    def handler(signum, frame):
+        if comm.rank == 0:
+            kept = f"; checkpoint {checkpoint} is kept for the rerun" if checkpoint else ""
+            say(f"mpinet.train: stopped by {signal.Signals(signum).name}{kept}")
+        os._exit(128 + signum)
+
+    return handler
 
 
 if __name__ == "__main__":
-    import sys
-
-    from mpinet.cli import main
-
     sys.exit(main())

@@ -2,14 +2,6 @@ rule aggregate:
     input:
         get_run_files,
         bench=rules.commbench.output[0],
-        code=code(
-            "aggregate.py",
-            "experiments.py",
-            "costmodel.py",
-            "confidence.py",
-            "references.py",
-            "summary.py",
-        ),
     output:
         epochs=report(
             f"{STUDY_DIR}/metrics/epochs.csv",
@@ -55,6 +47,8 @@ rule aggregate:
         description=Path(REPORT_DESCRIPTION).read_text(),
         target_accuracy=lookup(dpath="target_accuracy", within=config),
         references=config.get("references", []),
+        # the script and every package module it imports (mpinet.fingerprints)
+        code=script_code(workflow.source_path("../scripts/aggregate.py")),
     message:
         "Aggregating the metrics of {params.n_runs} runs"
     script:

@@ -30,7 +30,7 @@ if mpinet.__version__ != WORKFLOW_VERSION:
     )
 
 from mpinet import MpinetError, dataset, launcher, walltime
-from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION
+from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION, SYNTHESIS, job_code, script_code
 from mpinet.layout import (
     CONFUSION_FILE,
     METRICS_FILE,
@@ -43,7 +43,7 @@ from mpinet.layout import (
 )
 from mpinet.checkpoint import remove_finished
 from mpinet.cluster import TrainingJob, check_fits, mem_per_cpu_mb, partitions
-from mpinet.fetch import local_files, resolve_source, source_error
+from mpinet.fetch import local_files, source_digest, source_error
 from mpinet.experiments import (
     COLUMNS,
     check_sizes,
@@ -105,11 +105,6 @@ FIGURES = [
 ]
 DATASETS = sorted(EXPERIMENTS["dataset"].unique())
 SYNTHETIC_ARCHIVE = "resources/synthetic/intel-synthetic.zip"
-# The package that runs (wherever it is installed): the modules of the aggregation and plot jobs are
-# their inputs; what decides a fetch, a preparation or a training run is one code fingerprint each
-# (mpinet.fingerprints), a parameter of those jobs, so a rename or a release's version number
-# reruns none of them.
-CODE = Path(mpinet.__file__).parent
 REPORT_DESCRIPTION = workflow.source_path("../report/workflow.rst")
 
 
@@ -125,11 +120,6 @@ wildcard_constraints:
     sync_every=r"\d+",
     seed=r"-?\d+",
     repeat=r"\d+",
-
-
-def code(*modules):
-    """Package modules as job inputs: editing one reruns exactly the jobs that import it."""
-    return [str(CODE / m) for m in dict.fromkeys(("__init__.py", *modules))]
 
 
 GRID_PATHS = grid_paths(EXPERIMENTS)
@@ -183,18 +173,22 @@ def dataset_option(key, default=None):
 
 
 def get_source(wildcards):
-    """The dataset source as a path or URL: synthetic:intel is the generated archive, bundled:iris
-    the package's own copy."""
+    """The dataset source as the fetch command takes it: synthetic:intel is the generated archive;
+    bundled:iris stays a name (the package's copy enters by content hash, get_source_digest)."""
     source = config["datasets"][wildcards.dataset]["source"]
-    return SYNTHETIC_ARCHIVE if source.startswith("synthetic:") else resolve_source(source)
+    return SYNTHETIC_ARCHIVE if source.startswith("synthetic:") else source
 
 
 def get_fetch_input(wildcards):
     """A local source's files are inputs, so changing, adding or removing one reruns everything downstream."""
     source = get_source(wildcards)
-    if source.startswith(("http://", "https://", "kaggle:")):
+    if source.startswith(("http://", "https://", "kaggle:", "bundled:")):
         return []
     return local_files(source)
+
+
+def get_source_digest(wildcards):
+    return source_digest(get_source(wildcards))
 
 
 def get_dataset_options(wildcards):

@@ -12,6 +12,7 @@ rule make_synthetic:
         pred_count=lookup(dpath="synthetic/pred_count", within=config),
         size=lookup(dpath="synthetic/size", within=config),
         seed=lookup(dpath="synthetic/seed", within=config),
+        synthesis=SYNTHESIS.value(),
     message:
         "Drawing the synthetic Intel-layout image archive"
     shell:
@@ -34,6 +35,7 @@ rule fetch:
     params:
         source=get_source,
         sha256=dataset_option("sha256", ""),
+        bundled=get_source_digest,
         # what the fetched files depend on besides the source: the fetching code's fingerprint
         fetching=FETCHING.value(),
     message:

@@ -5,7 +5,6 @@ rule plots:
         model=rules.aggregate.output.model,
         summary="resources/data/{dataset}/summary.json",
         confusions=get_dataset_run_files,
-        code=code("plots.py"),
     output:
         curves=report(
             f"{STUDY_DIR}/plots/{{dataset}}/curves.png",
@@ -63,6 +62,8 @@ rule plots:
         "../envs/mpinet.yaml"
     params:
         target_accuracy=lookup(dpath="target_accuracy", within=config),
+        # the script and every package module it imports (mpinet.fingerprints)
+        code=script_code(workflow.source_path("../scripts/plots.py")),
     message:
         "Plotting dataset {wildcards.dataset}"
     script:

@@ -6,9 +6,9 @@
 # the console and not only the log.
 
 
-# What the two training rules share, defined once. Their shell commands stay apart and as released:
-# Snakemake's `code` rerun trigger compares a rule's shell template, so editing it (or deriving one
-# rule from the other with `use rule`, which cannot change `shell`) would retrain every run.
+# What the two training rules share, defined once. What reruns a job is its parameters and inputs,
+# the numerics fingerprint among them: the workflow profile (profiles/default) leaves Snakemake's
+# `code` trigger out, so these shell texts can be edited without retraining anything.
 TRAIN_INPUT = {"data": multiext("resources/data/{dataset}/", *DATASET_FILES)}
 TRAIN_OUTPUT = {output_key(f): f"{RUNS_ROOT}/{RUN}/{f}" for f in RUN_FILES}
 TRAIN_LOG = f"{TRAIN_LOGS}/{RUN}.log"
@@ -28,6 +28,8 @@ TRAIN_PARAMS = {
     # a changed computation retrains; a comment, help text or run.json field does not
     "numerics": NUMERICS.value(),
 }
+# a failed run's error line (or its log's last lines) on the console too
+TRAIN_FAILED = "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
 
 
 rule train_single:
@@ -57,8 +59,7 @@ rule train_single:
     shell:
         "python -m mpinet.train --data {params.data:q} --out {params.out:q} "
         "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
-        "> {log:q} 2>&1 "
-        "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
+        "> {log:q} 2>&1 " + TRAIN_FAILED
 
 
 rule train_mpi:
@@ -92,13 +93,10 @@ rule train_mpi:
         "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.train "
         "--data {params.data:q} --out {params.out:q} "
         "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
-        "--launcher {resources.mpi:q} > {log:q} 2>&1 "
-        "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
+        "--launcher {resources.mpi:q} > {log:q} 2>&1 " + TRAIN_FAILED
 
 
 rule commbench:
-    input:
-        code=code("commbench.py", "costmodel.py"),
     output:
         f"{STUDY_DIR}/metrics/commbench.csv",
     log:
@@ -118,6 +116,7 @@ rule commbench:
         isolation=get_isolation,
     params:
         max_bytes=64 << 20,
+        code=job_code("mpinet.commbench"),
     message:
         "Measuring the cost of MPI messages here (alpha, beta) on {resources.tasks} ranks"
     shell:

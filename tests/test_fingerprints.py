@@ -1,0 +1,114 @@
+"""What reruns a job is derived from the code (mpinet.fingerprints): for every job of the workflow and
+every package module its entry imports, a change to that module's code changes the job's
+fingerprint, and a comment, a docstring or a help text does not. The workflow tests show the same
+on a dry run (tests/test_workflow.py: test_a_code_change_plans_the_steps_that_import_it_and_nothing_else)."""
+
+import dataclasses
+import re
+
+import pytest
+from conftest import REPO, EditedPackage
+
+from mpinet import fingerprints
+from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION, SYNTHESIS, CodeFingerprint, closure, script_modules
+
+SCRIPTS = REPO / "workflow" / "scripts"
+RULES = REPO / "workflow" / "rules"
+
+
+def _jobs() -> dict[str, CodeFingerprint]:
+    """Every job kind's fingerprint, as the workflow computes it."""
+    jobs = {"train": NUMERICS, "fetch": FETCHING, "prepare": PREPARATION, "make_synthetic": SYNTHESIS}
+    jobs["commbench"] = CodeFingerprint("job", 1, ("mpinet.commbench",))
+    for script in ("aggregate", "plots"):
+        jobs[script] = CodeFingerprint("job", 1, script_modules((SCRIPTS / f"{script}.py").read_text()))
+    return jobs
+
+
+def _file(module: str) -> str:
+    parts = module.split(".")[1:]
+    return "/".join(parts) + ".py" if parts else "__init__.py"
+
+
+CASES = [(job, module) for job, fp in _jobs().items() for module in fp.modules()]
+
+
+@pytest.mark.parametrize("job,module", CASES, ids=[f"{j}-{m}" for j, m in CASES])
+def test_a_code_change_in_any_module_a_job_imports_changes_its_fingerprint_and_a_comment_does_not(
+    tmp_path, job, module
+):
+    package = EditedPackage(tmp_path)
+    guard = package.guard(_jobs()[job])
+    base = guard.value()
+    text = (package.root / _file(module)).read_text()
+    assert package.value_with(guard, _file(module), text + "\n# a comment\n") == base
+    assert package.value_with(guard, _file(module), text + "\n_CHANGED = 1\n") != base
+
+
+def test_the_closure_follows_lazy_imports_and_from_package_imports(tmp_path):
+    root = tmp_path / "mpinet"
+    root.mkdir()
+    (root / "__init__.py").write_text("class MpinetError(Exception):\n    pass\n")
+    (root / "a.py").write_text("from mpinet import MpinetError, b\n\n\ndef f():\n    import mpinet.c\n")
+    (root / "b.py").write_text("import numpy\n")
+    (root / "c.py").write_text("from mpinet.d import g\n")
+    (root / "d.py").write_text("def g():\n    pass\n")
+    (root / "unused.py").write_text("")
+    assert closure(("mpinet.a",), root) == ("mpinet", "mpinet.a", "mpinet.b", "mpinet.c", "mpinet.d")
+
+
+def test_the_numerics_hold_the_loop_and_what_it_imports_and_no_command_line_or_file_writing():
+    modules = set(NUMERICS.modules())
+    assert {"mpinet.loop", "mpinet.model", "mpinet.blas", "mpinet.comm", "mpinet.options", "mpinet.dataset"} <= modules
+    assert not modules & {"mpinet.train", "mpinet.runfiles", "mpinet.checkpoint", "mpinet.files", "mpinet.prepared"}
+
+
+def test_a_fingerprint_does_not_depend_on_where_the_package_is_installed(tmp_path):
+    for job, fp in _jobs().items():
+        elsewhere = EditedPackage(tmp_path / job).guard(fp)
+        fingerprints._code_hash.cache_clear()
+        assert elsewhere.code_hash() == fp.code_hash(), job
+
+
+def test_every_workflow_job_that_runs_package_code_takes_its_fingerprint_as_a_parameter():
+    """The rules name the fingerprints the tests above check: every rule with outputs that runs package
+    code (a `python -m mpinet.X` command, a script or a run block) has its code parameter, and the
+    data commands run exactly the fingerprints' entries. (Rules without outputs are views: they
+    always run.)"""
+    text = "\n".join(p.read_text() for p in sorted(RULES.glob("*.smk")))
+    rules = dict(re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)+)", text, re.M))
+    param = {
+        "train_single": "NUMERICS.value()",
+        "train_mpi": "NUMERICS.value()",
+        "fetch": "FETCHING.value()",
+        "prepare": "PREPARATION.value()",
+        "make_synthetic": "SYNTHESIS.value()",
+        "commbench": 'job_code("mpinet.commbench")',
+        "aggregate": 'script_code(workflow.source_path("../scripts/aggregate.py"))',
+        "plots": 'script_code(workflow.source_path("../scripts/plots.py"))',
+        "record_study": 'job_code("mpinet.leftovers")',
+    }
+    running = {
+        name
+        for name, body in rules.items()
+        if re.search(r"-m mpinet\.|script:|run:|TRAIN_PARAMS", body) and re.search(r"output:|TRAIN_OUTPUT", body)
+    }
+    assert running == set(param)
+    train = rules["train_single"] + text[text.index("TRAIN_PARAMS") :]
+    for name, expected in param.items():
+        assert expected in (train if name.startswith("train") else rules[name]), name
+    commands = {
+        "fetch": "mpinet.fetch",
+        "prepare": "mpinet.prepare",
+        "make_synthetic": "mpinet.synthetic",
+    }
+    datacli = (REPO / "src" / "mpinet" / "datacli.py").read_text()
+    for module in commands.values():  # the datacli subcommands run exactly the fingerprints' entries
+        assert f"from {module} import" in datacli
+    assert FETCHING.entries == ("mpinet.fetch",) and PREPARATION.entries == ("mpinet.prepare",)
+    assert SYNTHESIS.entries == ("mpinet.synthetic",)
+
+
+def test_a_version_bump_undoes_a_same_entry():
+    bumped = dataclasses.replace(NUMERICS, version=NUMERICS.version + 1)
+    assert bumped.value() == bumped.code_hash() and bumped.value() not in NUMERICS.same.values()
