@@ -116,7 +116,6 @@ class EditedPackage:
 
     def value_after(self, guard, module: str, old: str, new: str) -> str:
         """guard's value with the first `old` in module replaced by `new`."""
-        from mpinet import fingerprints
 
         path = self.root / module
         text = path.read_text()

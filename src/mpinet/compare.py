@@ -11,6 +11,7 @@ import pandas as pd
 
 from mpinet import MpinetError
 from mpinet.experiments import COLUMNS, varying
+from mpinet.files import atomic_path
 
 KEYS = ["dataset", *(c for c in COLUMNS if c != "repeat")]
 VERDICTS = ("faster", "slower", "no difference detected")
@@ -137,9 +138,8 @@ def figure(table: pd.DataFrame, path, title: str) -> None:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(path)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110)
 
 
 def main(argv=None) -> int:
@@ -159,9 +159,8 @@ def main(argv=None) -> int:
         return 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".compare.csv.tmp"
-    table.to_csv(tmp, index=False)
-    tmp.replace(out / "compare.csv")
+    with atomic_path(out / "compare.csv") as tmp:
+        table.to_csv(tmp, index=False)
     figure(table, out / "compare.png", f"B = {args.b} vs A = {args.a}")
     print(text_table(table))
     print(f"\nwritten: {out / 'compare.csv'}, {out / 'compare.png'}")

@@ -82,7 +82,7 @@ PREPARATION = CodeFingerprint(
     "preparation",
     1,
     ("mpinet.prepare",),
-    {"551803b57bca7007": "d17364a9ba7f0492"},  # 0.4.0: derived modules; dataset writing in mpinet.prepared
+    {"cc9a484b9111a33d": "d17364a9ba7f0492"},  # 0.4.0: derived modules; dataset writing in mpinet.prepared
 )
 # the generated stand-in for the Intel archive
 SYNTHESIS = CodeFingerprint("synthesis", 1, ("mpinet.synthetic",))

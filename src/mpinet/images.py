@@ -16,11 +16,11 @@ from tqdm import tqdm
 
 from mpinet import MpinetError, dataset, prepared
 from mpinet.fetch import is_metadata
+from mpinet.layout import SYNTHETIC_MARKER
 from mpinet.split import stratified_split
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 SPLIT_NAMES = {"train": ("seg_train", "train"), "test": ("seg_test", "test"), "pred": ("seg_pred", "pred")}
-SYNTHETIC_MARKER = "SYNTHETIC.txt"
 
 
 def find_splits(root: str | Path) -> dict[str, Path | None]:

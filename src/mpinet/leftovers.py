@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from mpinet import MpinetError
+from mpinet.files import write_text
 from mpinet.layout import METRICS_FILE, RECORD_FILE
 
 RECORD = "runs.txt"  # results/<study>/runs.txt: the run directories of that study, one per line
@@ -17,9 +18,7 @@ def write_record(path: str | Path, run_dirs: list[str]) -> None:
     """The study's record of the run directories it uses (written whole, then renamed into place)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(f"{d}\n" for d in run_dirs))
-    tmp.replace(path)
+    write_text(path, "".join(f"{d}\n" for d in run_dirs))
 
 
 def referenced(results_root: Path, config_dir: Path, schema: Path, runs_root: str, current=()) -> set[Path]:

@@ -32,7 +32,8 @@ class Options:
     epochs: int = _option(100, help="passes over the training set")
     train_samples: int = _option(
         0,
-        help="train on a seeded, class-stratified subset of this many training samples (0: all); the test set stays whole",
+        help="train on a seeded, class-stratified subset of this many training samples (0: all); "
+        "the test set stays whole",
     )
     samples_per_rank: int = _option(
         0, help="weak scaling: train on this many samples per training rank (0: off; excludes train_samples)"

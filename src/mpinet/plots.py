@@ -13,6 +13,7 @@ from matplotlib.ticker import ScalarFormatter
 from mpinet import MpinetError
 from mpinet.costmodel import COMPUTE_KEYS
 from mpinet.experiments import variant_values, varying
+from mpinet.files import atomic_path
 
 DESIGN_COLORS = {"serial": "#4d4d4d", "allreduce": "#1f77b4", "paramserver": "#d62728"}
 DESIGN_NAMES = {"serial": "serial", "allreduce": "Allreduce", "paramserver": "parameter server (Send/Recv)"}
@@ -492,7 +493,6 @@ def _finish(fig, axes, title: str, path, legend: bool = True) -> dict:
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=DPI)
-    tmp.replace(path)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=DPI)
     return texts

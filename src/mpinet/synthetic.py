@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from mpinet.images import SYNTHETIC_MARKER
+from mpinet.files import atomic_path
+from mpinet.layout import SYNTHETIC_MARKER
 
 INTEL_CLASSES = ("buildings", "forest", "glacier", "mountain", "sea", "street")
 
@@ -60,8 +61,7 @@ def make_archive(
     rng = np.random.default_rng(seed)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
+    with atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
         z.writestr(
             SYNTHETIC_MARKER,
             "Synthetic images drawn by mpinet.synthetic in the layout of Kaggle's "
@@ -73,7 +73,6 @@ def make_archive(
                     z.writestr(f"{split}/{split}/{name}/{i:05d}.jpg", _jpeg(draw(c, size, rng)))
         for i in range(pred_count):
             z.writestr(f"seg_pred/seg_pred/{i:05d}.jpg", _jpeg(draw(int(rng.integers(6)), size, rng)))
-    tmp.replace(path)
     return path
 
 
