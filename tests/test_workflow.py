@@ -74,7 +74,11 @@ def snakemake(wd: Path, *args, check=True, timeout=600) -> subprocess.CompletedP
 
 def planned(wd: Path) -> dict[str, int]:
     """Jobs a dry run would execute, by rule (empty when there is nothing to do)."""
-    p = snakemake(wd, "-n", "--quiet", "rules")
+    return jobs_of(snakemake(wd, "-n", "--quiet", "rules"))
+
+
+def jobs_of(p: subprocess.CompletedProcess) -> dict[str, int]:
+    """The job counts by rule a `snakemake -n --quiet rules` printed."""
     jobs = {}
     for line in (p.stdout + p.stderr).splitlines():
         m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
@@ -229,27 +233,51 @@ def test_a_placement_retrains_nothing_and_local_runs_record_their_one_host(workd
 
 def test_code_edits_rerun_exactly_the_jobs_whose_numbers_they_change(workdir):
     package = workdir / "src/mpinet"
-    old = {m: (package / m).read_text() for m in ("plots.py", "model.py", "train.py", "cli.py", "runfiles.py")}
+    modules = ("plots.py", "model.py", "loop.py", "train.py", "runfiles.py", "options.py", "costmodel.py")
+    old = {m: (package / m).read_text() for m in modules}
     try:
         (package / "plots.py").write_text(old["plots.py"] + "\n# edited\n")
+        assert planned(workdir) == {}  # a comment
+        (package / "plots.py").write_text(old["plots.py"] + "\nX = 1\n")
         assert planned(workdir) == {"plots": 2, "all": 1}
         (package / "plots.py").write_text(old["plots.py"])
-        # comments, docstrings, the CLI and run.json fields decide no number: nothing retrains
+        # what the tables import, directly or not (costmodel: model.csv), reruns them and the figures
+        (package / "costmodel.py").write_text(old["costmodel.py"] + "\nX = 1\n")
+        assert planned(workdir) == {"aggregate": 1, "plots": 2, "commbench": 1, "all": 1}
+        (package / "costmodel.py").write_text(old["costmodel.py"])
+        # comments, docstrings, help texts, the CLI and run.json fields decide no number: nothing retrains
         (package / "model.py").write_text(old["model.py"] + "\n# edited\n")
-        (package / "train.py").write_text(old["train.py"].replace('"""Training:', '"""Training, reworded:', 1))
-        (package / "cli.py").write_text(old["cli.py"] + "\n\ndef unused():\n    pass\n")
+        (package / "loop.py").write_text(old["loop.py"].replace('"""The epoch loop', '"""The loop, reworded,', 1))
+        (package / "train.py").write_text(old["train.py"] + "\n\ndef unused():\n    pass\n")
+        (package / "options.py").write_text(old["options.py"].replace('"hidden layer sizes"', '"hidden sizes"'))
         (package / "runfiles.py").write_text(
             old["runfiles.py"].replace('"ranks": comm.size,', '"ranks": comm.size, "x": 1,')
         )
         assert planned(workdir) == {}
-        # a change to the computation retrains every experiment, and nothing upstream of training
-        (package / "model.py").write_text(old["model.py"] + "\nEPS = 1e-12\n")
-        jobs = planned(workdir)
-        assert jobs["train_single"] == 4 and jobs["train_mpi"] == 3 and "prepare" not in jobs
+        # a change to the computation, or to which rows a run trains on, retrains every experiment
+        # and redraws what comes from them, and nothing upstream of training
+        for module, text in (("model.py", "\nEPS = 1e-12\n"), ("options.py", "\nX = 1\n")):
+            (package / module).write_text(old[module] + text)
+            jobs = planned(workdir)
+            assert jobs["train_single"] == 4 and jobs["train_mpi"] == 3 and jobs["aggregate"] == 1, jobs
+            assert "prepare" not in jobs and "fetch" not in jobs, jobs
+            (package / module).write_text(old[module])
     finally:
         for m, text in old.items():
             (package / m).write_text(text)
     assert planned(workdir) == {}
+
+
+def test_the_same_release_installed_at_another_path_plans_nothing(workdir, tmp_path):
+    """A fresh clone or a new virtual environment: the study's results stand."""
+    elsewhere = copy_repo(tmp_path / "another" / "clone")
+    cmd = [*SNAKEMAKE, "-s", elsewhere / "workflow/Snakefile", "--cores", "2", "--configfile", "config/test.yaml"]
+    e = {**copy_env(workdir), "PYTHONPATH": str(elsewhere / "src")}
+    p = subprocess.run([*map(str, cmd), "-n", "--quiet", "rules"], cwd=workdir, capture_output=True, text=True, env=e)
+    assert p.returncode == 0 and jobs_of(p) == {}, p.stdout[-3000:] + p.stderr[-3000:]
+    probe = [sys.executable, "-c", "import mpinet; print(mpinet.__file__)"]
+    probe = subprocess.run(probe, env=e, text=True, capture_output=True)
+    assert probe.stdout.startswith(str(elsewhere))  # it really ran the other copy
 
 
 def test_a_release_and_data_code_refactors_refetch_reprepare_and_retrain_nothing(workdir):
