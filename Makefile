@@ -116,6 +116,7 @@ benchmark: setup
 	python benchmarks/bench.py
 	python benchmarks/cold_rows.py
 	python benchmarks/shared_cache.py
+	python benchmarks/model_accuracy.py
 
 # OPENBLAS_* unset inside the command only: srun passes the environment on to the ranks
 benchmark-nodes: setup

@@ -49,3 +49,14 @@ def test_shared_cache_script_times_each_mode_per_width_and_batch():
     rows = [line.split("|")[1:-1] for line in p.stdout.splitlines() if line.startswith("| ") and "batch" not in line]
     assert [(r[0].strip(), r[3].strip()) for r in rows] == [(f"3000-{h}", b) for h in (8, 4) for b in ("4", "16")]
     assert all(float(c) > 0 for r in rows for c in r[4:])
+
+
+@pytest.mark.mpi
+def test_model_accuracy_script_prints_every_configuration():
+    cmd = [sys.executable, str(REPO / "benchmarks" / "model_accuracy.py"), "--samples", "64", "--features", "20"]
+    p = subprocess.run(
+        [*cmd, "--epochs", "2", "--repeats", "1"], capture_output=True, text=True, env=env(), timeout=300
+    )
+    assert p.returncode == 0, p.stderr
+    rows = [line.split(" | ") for line in p.stdout.splitlines() if line.startswith("| ") and "design" not in line]
+    assert [(r[0].strip("| "), r[1]) for r in rows] == [("serial", "1"), ("allreduce", "1"), ("allreduce", "2")]

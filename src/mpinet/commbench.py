@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pandas as pd
 
+from mpinet import MpinetError
 from mpinet.costmodel import fit_link
 
 
@@ -63,7 +64,11 @@ def main(argv=None) -> int:
         return 1
     table = bench(comm, a.max_bytes)
     if comm.rank == 0:
-        link = fit_link(table["bytes"], table["one_way_s"])
+        try:
+            link = fit_link(table["bytes"], table["one_way_s"])
+        except MpinetError as e:
+            print(f"mpinet.commbench: error: {e} (--max-bytes)", file=sys.stderr)
+            comm.Abort(1)
         table["alpha_s"], table["beta_s_per_byte"] = link.alpha, link.beta
         table["library"] = MPI.Get_library_version().strip().splitlines()[0]  # whose collectives were timed
         table.to_csv(a.out, index=False)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from mpinet import MpinetError
 from mpinet.model import Net
 from mpinet.options import COMPUTE_OPTIONS
 
@@ -67,7 +68,13 @@ def fit_link(nbytes, seconds, source: str = "") -> Link:
         beta = float(np.dot(x[large], y[large] - alpha) / np.dot(x[large], x[large]))
     else:
         beta = float(np.polyfit(x, y, 1)[0])
-    return Link(max(alpha, 0.0), max(beta, 0.0), source)
+    if not beta > 0:
+        # no bandwidth can be told from such a fit, and every prediction would divide by it
+        raise MpinetError(
+            f"the link fitted to {len(x)} message sizes up to {int(x.max()) if len(x) else 0} bytes has "
+            f"β = {beta:.3g} s/byte (no time per byte beyond the latency): measure with larger messages"
+        )
+    return Link(max(alpha, 0.0), beta, source)
 
 
 def fit_compute(runs: pd.DataFrame) -> dict:
