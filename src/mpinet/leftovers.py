@@ -76,13 +76,22 @@ def leftovers_report(runs_root: Path, logs_root: Path, keep: set[Path], delete: 
 
 
 def remove(dirs: list[Path], logs_root: Path, runs_root: Path) -> None:
-    """Delete leftover run directories and their logs, then the folders that became empty."""
+    """Delete leftover run directories and their logs, then the folders that became empty; raise
+    MpinetError naming what could not be deleted (and why) after trying every one."""
+    failed = []
     for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
         log = logs_root / f"{d.relative_to(runs_root)}.log"
-        log.unlink(missing_ok=True)
+        try:
+            shutil.rmtree(d)
+            log.unlink(missing_ok=True)
+        except OSError as e:
+            failed.append(f"{e.filename or d} ({e.strerror or e})")
     for root in (runs_root, logs_root):
         prune_empty(root)
+    if failed:
+        raise MpinetError(
+            f"could not delete {len(failed)} of {len(dirs)} leftover run directories: {'; '.join(failed)}"
+        )
 
 
 def prune_empty(root: Path) -> None:

@@ -31,6 +31,8 @@ EXTRA_MINUTES = 5  # the microbenchmark, the tables and the plots after the last
 LOG_FILE = "logs/slurm/pilot-{job}.log"
 EXIT_FILE = "logs/slurm/pilot-{job}.exit"
 POLL_S = 2  # squeue, while the pilot is queued or runs (sbatch --wait polls at 2, 6, 14, 30, 62 s ...)
+# a controller that answers no squeue for this long is taken to be gone (slurmctld restarts take seconds)
+GIVE_UP_S = 600
 
 
 def load_experiments(configfile: str):
@@ -109,20 +111,31 @@ def main(argv=None) -> int:
     return _wait(job)
 
 
-def _wait(job: str) -> int:
+def _wait(job: str, poll_s: float = POLL_S, give_up_s: float = GIVE_UP_S) -> int:
     """Until the job leaves the queue, saying when it starts; then its log's tail and exit code."""
-    state = ""
+    state, answered = "", time.monotonic()
     while True:
         q = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True)
         now = q.stdout.strip()
         if q.returncode != 0 and "Invalid job id" not in q.stderr:
+            if time.monotonic() - answered > give_up_s:
+                why = q.stderr.strip() or "no message"
+                print(
+                    f"mpinet.pilot: error: squeue has failed for {give_up_s:.0f} s ({why}); "
+                    f"the pilot job {job} may still run: check `squeue -j {job}` and its log "
+                    f"{LOG_FILE.format(job=job)}",
+                    file=sys.stderr,
+                )
+                return 1
             now = state  # the controller did not answer this time: ask again
         elif not now:
             break  # squeue lists a job only while it is queued, runs or completes
+        else:
+            answered = time.monotonic()
         if now != state:
             print(f"mpinet.pilot: job {job} {now.lower()}", flush=True)
             state = now
-        time.sleep(POLL_S)
+        time.sleep(poll_s)
     log, exit_file = Path(LOG_FILE.format(job=job)), Path(EXIT_FILE.format(job=job))
     if log.exists():
         print(log.read_text()[-3000:], end="")
