@@ -45,6 +45,7 @@ def small_run(tmp_path_factory):
     return out, texts, m
 
 
+@pytest.mark.mpi  # small_run trains under mpiexec
 def test_every_figure_is_a_real_non_blank_png(small_run):
     out, _, _ = small_run
     for name, path in out.items():
@@ -54,6 +55,7 @@ def test_every_figure_is_a_real_non_blank_png(small_run):
         assert pixels.std() > 10, f"{name} looks blank"
 
 
+@pytest.mark.mpi  # small_run trains under mpiexec
 def test_figures_carry_titles_axis_labels_with_units_and_design_legends(small_run):
     _, texts, _ = small_run
     assert "training curves" in texts["curves"]["title"]
@@ -68,6 +70,7 @@ def test_figures_carry_titles_axis_labels_with_units_and_design_legends(small_ru
     assert texts["class_counts"]["ylabels"] == ["samples"]
 
 
+@pytest.mark.mpi  # small_run trains under mpiexec
 def test_tables_hold_every_run_and_epoch(small_run):
     _, _, m = small_run
     epochs, runs = pd.read_csv(m / "epochs.csv"), pd.read_csv(m / "runs.csv")
@@ -90,6 +93,7 @@ def test_other_swept_parameters_become_named_variants():
     assert set(_label(df.iloc[:1])["variant"]) == {""}
 
 
+@pytest.mark.mpi  # small_run trains under mpiexec
 def test_the_intel_figure_carries_the_originals_numbers_relative_to_their_first_point(small_run, tmp_path):
     import pandas as pd
 
@@ -103,6 +107,7 @@ def test_the_intel_figure_carries_the_originals_numbers_relative_to_their_first_
     assert not [t for t in scaling(pd.read_csv(m / "runs.csv"), "x", tmp_path / "t.png")["legend"] if "original" in t]
 
 
+@pytest.mark.mpi  # small_run trains under mpiexec
 def test_the_scaling_figure_draws_the_cost_models_lines_to_32_ranks(small_run, tmp_path):
     import pandas as pd
 
@@ -117,3 +122,17 @@ def test_the_scaling_figure_draws_the_cost_models_lines_to_32_ranks(small_run, t
     expected = model[model["algorithm"] == "allreduce"].sort_values("ranks")
     assert [x for x, _ in drawn] == list(range(1, 33))
     assert [y for _, y in drawn] == pytest.approx(expected["speedup"].tolist())
+
+
+def test_a_figure_with_more_variants_than_rows_names_the_ones_it_left_out(tmp_path, capsys):
+    from mpinet.plots import MAX_VARIANT_ROWS, training_curves
+
+    rows = [
+        dict(DEFAULTS, hidden="30-20", dataset="d", algorithm="serial", ranks=1, learning_rate=lr, seed=1,
+             run_dir=f"r{i}", epoch=e, train_loss=1.0 / e, test_accuracy=0.5, time_s=0.1)
+        for i, lr in enumerate(0.1 * (k + 1) for k in range(MAX_VARIANT_ROWS + 2))
+        for e in (1, 2)
+    ]  # fmt: skip
+    texts = training_curves(pd.DataFrame(rows), "d", tmp_path / "curves.png")
+    assert "2 more variants not shown: learning_rate=0.7; learning_rate=0.8" in texts["title"]
+    assert "2 more variants not shown" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,7 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
     One row of panels per variant (other swept parameters), at most MAX_VARIANT_ROWS.
     """
     df = _label(epochs)
-    variants = sorted(df["variant"].unique())[:MAX_VARIANT_ROWS]
+    variants, title = _shown_variants(df["variant"], title)
     fig, grid = _subplots(len(variants), 2, figsize=(12, 4.2 * len(variants)), squeeze=False)
     for row, variant in zip(grid, variants):
         part = df[df["variant"] == variant]
@@ -44,6 +45,17 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
         row[0].get_legend().remove()  # one legend per row
     axes = list(grid.flat)
     return _finish(fig, axes, f"{title}: training curves (mean over seeds, band: min to max)", path)
+
+
+def _shown_variants(variants: pd.Series, title: str) -> tuple[list[str], str]:
+    """The first MAX_VARIANT_ROWS variants, and the title naming those left out (on stderr too)."""
+    every = sorted(variants.unique())
+    shown, left = every[:MAX_VARIANT_ROWS], every[MAX_VARIANT_ROWS:]
+    if not left:
+        return shown, title
+    note = f"{len(left)} more variants not shown: {'; '.join(left)}"
+    print(f"{title}: {note}", file=sys.stderr)
+    return shown, f"{title}\n({note})"
 
 
 def _loss_and_accuracy(axes, part: pd.DataFrame, title: str, **style) -> None:
@@ -342,7 +354,7 @@ def time_to_accuracy(epochs: pd.DataFrame, title: str, path, target: float | Non
     df["elapsed_s"] = df.groupby("run_dir")["time_s"].cumsum()
     keys = ["variant", "design", "algorithm", "ranks", "epoch"]
     mean = df.groupby(keys, sort=False)[["elapsed_s", "test_accuracy"]].mean().reset_index()
-    variants = sorted(mean["variant"].unique())[:MAX_VARIANT_ROWS]
+    variants, title = _shown_variants(mean["variant"], title)
     fig, grid = _subplots(1, len(variants), figsize=(8 * len(variants), 4.5), squeeze=False, sharey=True)
     axes = list(grid.flat)
     for ax, variant in zip(axes, variants):
