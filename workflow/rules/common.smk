@@ -371,3 +371,12 @@ def get_dataset_run_files(wildcards):
         for d, ds in zip(run_dirs(), EXPERIMENTS["dataset"])
         if ds == wildcards.dataset
     ]
+
+
+def logged(command):
+    """A training command with its output in the log and, when it fails, the run's error line (or
+    the log's last lines) on the console too."""
+    return (
+        f"{command} > {{log:q}} 2>&1 "
+        "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
+    )

@@ -28,8 +28,6 @@ TRAIN_PARAMS = {
     # a changed computation retrains; a comment, help text or run.json field does not
     "numerics": NUMERICS.value(),
 }
-# a failed run's error line (or its log's last lines) on the console too
-TRAIN_FAILED = "|| {{ grep -m1 'mpinet.train: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
 
 
 rule train_single:
@@ -57,9 +55,10 @@ rule train_single:
     message:
         "Training {wildcards.dataset}: {wildcards.algorithm} on 1 rank, seed {wildcards.seed}, launch {wildcards.repeat}"
     shell:
-        "python -m mpinet.train --data {params.data:q} --out {params.out:q} "
-        "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
-        "> {log:q} 2>&1 " + TRAIN_FAILED
+        logged(
+            "python -m mpinet.train --data {params.data:q} --out {params.out:q} "
+            "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options}"
+        )
 
 
 rule train_mpi:
@@ -90,10 +89,12 @@ rule train_mpi:
     message:
         "Training {wildcards.dataset}: {wildcards.algorithm} on {wildcards.ranks} ranks, seed {wildcards.seed}, launch {wildcards.repeat}"
     shell:
-        "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.train "
-        "--data {params.data:q} --out {params.out:q} "
-        "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
-        "--launcher {resources.mpi:q} > {log:q} 2>&1 " + TRAIN_FAILED
+        logged(
+            "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.train "
+            "--data {params.data:q} --out {params.out:q} "
+            "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
+            "--launcher {resources.mpi:q}"
+        )
 
 
 rule commbench:
