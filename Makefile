@@ -12,7 +12,7 @@ CORES ?= 2
 CONFIG ?= config/config.yaml
 PROFILE ?= profiles/slurm
 # results/<study>/ of CONFIG (its `study` key, else the file's name), as the workflow names it
-STUDY = $$(python -m mpinet.status study $(CONFIG))
+STUDY = $$(python -m mpinet.study.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
@@ -70,7 +70,7 @@ slurm-run: setup
 	@echo "done: results/$(STUDY)/metrics/*.csv, results/$(STUDY)/plots/*/*.png, results/$(STUDY)/report.html"
 
 slurm-pilot: setup
-	python -m mpinet.pilot --configfile $(CONFIG) $(if $(PARTITION),--partition $(PARTITION))
+	python -m mpinet.launch.pilot --configfile $(CONFIG) $(if $(PARTITION),--partition $(PARTITION))
 	snakemake --cores 1 --configfile $(CONFIG) --report results/$(STUDY)/report.html
 	@echo "done: results/$(STUDY)/metrics/*.csv, results/$(STUDY)/plots/*/*.png, results/$(STUDY)/report.html"
 
@@ -82,13 +82,13 @@ leftovers: setup
 
 compare: setup
 	@test -n "$(A)" -a -n "$(B)" || { echo "error: make compare needs A=<results dir> B=<results dir>, e.g. A=results/default B=results/openmpi" >&2; exit 1; }
-	@python -m mpinet.compare $(A) $(B) --out $(or $(OUT),results/compare)
+	@python -m mpinet.analysis.compare $(A) $(B) --out $(or $(OUT),results/compare)
 
 check: setup
-	@python -m mpinet.references $(CONFIG)
+	@python -m mpinet.analysis.references $(CONFIG)
 
 squeue: setup
-	@python -m mpinet.cluster
+	@python -m mpinet.launch.slurm
 
 report: setup
 	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/$(STUDY)/report.html
@@ -98,6 +98,7 @@ lint: setup
 	ruff format --check .
 	snakefmt --check .
 	snakemake --lint
+	lint-imports --no-cache
 
 # In stages, cheapest first: a lint or unit failure is reported before the cluster tests run.
 # UNIT: no MPI launcher, no Snakemake run, no cluster, no compiler (make test-fast runs just it).

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mpinet.launcher import mpiexec_argv
-from mpinet.model import Net
+from mpinet.engine.model import Net
+from mpinet.launch.launcher import mpiexec_argv
 
 CLASSES = 6  # the Intel data's classes
 # In --kernels-worker, every rank times the same kernels at once on its own half of the rows (what
@@ -136,7 +136,7 @@ def make_data(d: Path, n: int, features: int) -> Path:
 
 def run_ours(data, tmp, algorithm, ranks, batch, dtype, hidden, epochs, rep, impl="mpinet", before=None) -> dict:
     """One training run; impl "before" runs the package in `before` (--before), "unfused" this one without
-    the fused update (mpinet.blas.OFF), for the gains of an engine change measured side by side."""
+    the fused update (mpinet.engine.blas.OFF), for the gains of an engine change measured side by side."""
     out = tmp / f"run-{impl}-{algorithm}-{ranks}-{batch}-{dtype}-{rep}"
     args = ["--data", data, "--out", out, "--algorithm", algorithm, "--expect-ranks", ranks, "--batch-size", batch]
     args += ["--dtype", dtype, "--hidden", *hidden, "--epochs", epochs + 1, "--learning-rate", 0.01]
@@ -246,12 +246,12 @@ def gemm_limits(features, h1, batches, dtypes) -> dict:
     Each is the fastest of the weight layouts and operand orders ([in, out]: x @ W and x.T @ d;
     [out, in]: x @ W.T or W @ x.T, whole or summed over blocks of inputs, and d.T @ x), so the
     limit is the best numpy does at these shapes, not our choice. `fused_s` is the weight-gradient
-    GEMM that subtracts its product from the weights as it goes (BLAS beta = 1, mpinet.blas): the
+    GEMM that subtracts its product from the weights as it goes (BLAS beta = 1, mpinet.engine.blas): the
     serial step's backward and update in one.
     """
     from threadpoolctl import threadpool_limits
 
-    from mpinet import blas
+    from mpinet.engine import blas
 
     out = {}
     with threadpool_limits(1, user_api="blas"):
@@ -269,7 +269,7 @@ def gemm_limits(features, h1, batches, dtypes) -> dict:
                     _best_time(lambda x=x, z=z: np.matmul(x, w, out=z)),  # noqa: B023 (this dtype's w)
                     _best_time(lambda x=x, z=z: np.matmul(x, wt.T, out=z)),  # noqa: B023
                     _best_time(lambda x=x, zt=zt: np.matmul(wt, x.T, out=zt)),  # noqa: B023
-                    # W @ x.T summed over blocks of inputs, as mpinet.model does at small batches
+                    # W @ x.T summed over blocks of inputs, as mpinet.engine.model does at small batches
                     _best_time(lambda x=x, zt=zt, part=part: _blocked(wt, x, zt, part)),  # noqa: B023
                 )
                 tiny = d * np.dtype(dt).type(1e-20)  # the weights stay as they are
@@ -290,8 +290,8 @@ def gemm_limits(features, h1, batches, dtypes) -> dict:
 
 
 def _blocked(w, x, zt, part) -> None:
-    """zt = w @ x.T as mpinet.model sums it at small batches: blocks of FIRST_BLOCK_ELEMENTS // batch inputs."""
-    from mpinet.model import FIRST_BLOCK_ELEMENTS, blocked_matmul
+    """zt = w @ x.T as mpinet.engine.model sums it at small batches: blocks of FIRST_BLOCK_ELEMENTS // batch inputs."""
+    from mpinet.engine.model import FIRST_BLOCK_ELEMENTS, blocked_matmul
 
     blocked_matmul(w, x, zt, part, max(1, FIRST_BLOCK_ELEMENTS // len(x)))
 
@@ -307,7 +307,7 @@ def memory_bandwidth(nbytes: int, dtype="float32") -> float:
 
 
 def kernels(data, features, hidden, batches, dtypes, gemm, bandwidth) -> dict:
-    """One training step's kernels per design as the trainer calls them (mpinet.model's forward and
+    """One training step's kernels per design as the trainer calls them (mpinet.engine.model's forward and
     backward, the update `params -= grads`), each timed in this process at each batch size, one BLAS
     thread, beside its bound: the first layer's GEMMs at the rate measured alone at their shape (the
     other layers are 0.05 % of the work) and the update's three passes over the parameters at the
@@ -318,7 +318,7 @@ def kernels(data, features, hidden, batches, dtypes, gemm, bandwidth) -> dict:
     the unfused GEMM plus the update's passes. Allreduce needs the gradient in memory to send it."""
     from threadpoolctl import threadpool_limits
 
-    from mpinet.model import Workspace, backward, forward, init_params, layer_views
+    from mpinet.engine.model import Workspace, backward, forward, init_params, layer_views
 
     out = {}
     with threadpool_limits(1, user_api="blas"):

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mpinet.csvdata import prepare_table
+from mpinet.datasets.csvdata import prepare_table
 
 REPO = Path(__file__).resolve().parents[1]
 

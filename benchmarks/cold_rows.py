@@ -3,7 +3,7 @@ same GEMM on rows in the caches, and what was tried to close that gap.
 
 bench.py bounds the forward pass by the GEMM at its shape on cached rows plus reading the rows
 once. Here, per dtype and batch size, with one BLAS thread and the trainer's operand order
-(mpinet.model's rule, named in the table): "cached" repeats the GEMM on one batch; "from the file"
+(mpinet.engine.model's rule, named in the table): "cached" repeats the GEMM on one batch; "from the file"
 walks the memory-mapped file batch after batch as training does with shuffle=batches; "other
 order" does that with the operands the other way round (W @ x.T against x @ W.T); "read first"
 reads each batch once (a sum) before its GEMM, to bring it into the caches; "K in blocks" sums
@@ -22,7 +22,7 @@ import numpy as np
 from numpy.lib.format import open_memmap
 from threadpoolctl import threadpool_limits
 
-from mpinet.model import FIRST_BLOCK_ELEMENTS, FIRST_BLOCKED_UP_TO, TRANSPOSED_FIRST_BELOW
+from mpinet.engine.model import FIRST_BLOCK_ELEMENTS, FIRST_BLOCKED_UP_TO, TRANSPOSED_FIRST_BELOW
 
 
 def main(argv=None) -> int:

@@ -15,9 +15,9 @@ import time
 from multiprocessing import get_context
 from pathlib import Path
 
-from mpinet.fetch import fetch
-from mpinet.images import load_image, prepare_images
-from mpinet.synthetic import make_archive
+from mpinet.datasets.fetch import fetch
+from mpinet.datasets.images import load_image, prepare_images
+from mpinet.datasets.synthetic import make_archive
 
 
 def main(argv=None) -> int:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from mpinet.aggregate import load_epochs, summarize_runs
-from mpinet.costmodel import Link, model_error, predicted_epochs
-from mpinet.experiments import DEFAULTS
-from mpinet.launcher import mpiexec_argv
+from mpinet.analysis.aggregate import load_epochs, summarize_runs
+from mpinet.analysis.costmodel import Link, model_error, predicted_epochs
+from mpinet.launch.launcher import mpiexec_argv
+from mpinet.study.experiments import DEFAULTS
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 from bench import make_data  # the training benchmark's random data (benchmarks/ is on sys.path)
 
-from mpinet import model
+from mpinet.engine import model
 
 SHAPE = (150 * 150 * 3, [40, 10], 6)  # the Intel net; bench.make_data draws 6 classes
 

@@ -1,7 +1,7 @@
 """Benchmark: what two ranks on one node cost each other's compute, by the first layer's width.
 
 bench.py finds the Allreduce design's step at batch 32 slower than its kernels timed alone or two at
-once. Here the trainer's own step (mpinet.model's forward and backward on this rank's half of a
+once. Here the trainer's own step (mpinet.engine.model's forward and backward on this rank's half of a
 memory-mapped training file, then the update) runs on 2 ranks in blocks of steps that take turns in
 one process pair, so that slow drifts of a shared machine hit all three alike: "alone" (rank 0
 computes, rank 1 waits in a barrier), "at once" (both compute, the same update with no reduction)
@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 from cold_rows import rows_file  # beside this script
 
-from mpinet.launcher import mpiexec_argv
-from mpinet.model import Net
+from mpinet.engine.model import Net
+from mpinet.launch.launcher import mpiexec_argv
 
 CLASSES = 6
 MODES = ("alone", "at once", "with Allreduce")
@@ -83,8 +83,8 @@ def worker(a) -> int:
     from mpi4py import MPI
     from threadpoolctl import threadpool_limits
 
-    from mpinet.comm import Comm, GradientAllreduce
-    from mpinet.model import Workspace, backward, forward, init_params, layer_views
+    from mpinet.engine.comm import Comm, GradientAllreduce
+    from mpinet.engine.model import Workspace, backward, forward, init_params, layer_views
 
     comm = MPI.COMM_WORLD
     exchange = GradientAllreduce(Comm(comm))

@@ -1,4 +1,4 @@
-"""How far the SLURM time limits (mpinet.walltime) were from what the runs took.
+"""How far the SLURM time limits (mpinet.launch.walltime) were from what the runs took.
 
 For every run of a finished study: its measured training time (run.json train_seconds), the
 estimate without safety factor from the network's size alone (what a first run asks for) and from
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mpinet import walltime
+from mpinet.launch import walltime
 
 
 def table(study_dir: Path, data_root: Path) -> pd.DataFrame:

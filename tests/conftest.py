@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpinet.csvdata import prepare_table
-from mpinet.launcher import mpiexec_argv
+from mpinet.datasets.csvdata import prepare_table
+from mpinet.launch.launcher import mpiexec_argv
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -91,7 +91,7 @@ def http_server(tmp_path):
 
 @pytest.fixture(scope="session")
 def synthetic_zip(tmp_path_factory) -> Path:
-    from mpinet.synthetic import make_archive
+    from mpinet.datasets.synthetic import make_archive
 
     return make_archive(tmp_path_factory.mktemp("synthetic") / "intel.zip", 6, 3, 4, 24, seed=1)
 

@@ -3,8 +3,8 @@ import math
 import pandas as pd
 import pytest
 
-from mpinet.aggregate import summarize_runs, summarize_seeds
-from mpinet.experiments import DEFAULTS
+from mpinet.analysis.aggregate import summarize_runs, summarize_seeds
+from mpinet.study.experiments import DEFAULTS
 
 # every experiment parameter at its default; each run sets algorithm, ranks and seed
 BASE = dict(DEFAULTS, dataset="iris", epochs=3, hidden="30-20", train_samples=100, isolation="one-at-a-time", cores=2)
@@ -115,7 +115,7 @@ def _write_run(d, epochs=3):
 )
 def test_a_cut_or_empty_run_is_an_error_naming_it_never_a_row(tmp_path, damage, message):
     from mpinet import MpinetError
-    from mpinet.aggregate import load_epochs
+    from mpinet.analysis.aggregate import load_epochs
 
     run = dict(BASE, algorithm="serial", ranks=1, seed=1, dir=str(_write_run(tmp_path / "run")))
     assert len(load_epochs([run])) == 3
@@ -126,7 +126,7 @@ def test_a_cut_or_empty_run_is_an_error_naming_it_never_a_row(tmp_path, damage, 
 
 
 def test_the_report_front_page_opens_with_the_best_isolated_speedups(epochs, tmp_path):
-    from mpinet.summary import headline_rst
+    from mpinet.analysis.summary import headline_rst
 
     runs = summarize_runs(epochs, 0.9)
     runs.to_csv(tmp_path / "runs.csv", index=False)

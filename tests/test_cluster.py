@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from mpinet import MpinetError
-from mpinet.cluster import (
+from mpinet.launch.slurm import (
     Partition,
     TrainingJob,
     check_fits,
@@ -16,7 +16,7 @@ from mpinet.cluster import (
     queue_table,
     sinfo_membership,
 )
-from mpinet.experiments import COLUMNS, DEFAULTS
+from mpinet.study.experiments import COLUMNS, DEFAULTS
 
 # --- scontrol and sinfo output as real clusters print it (tests/slurm/samples/), each with its source ---
 
@@ -169,7 +169,7 @@ def test_a_job_comment_reads_as_its_experiment_with_only_non_default_values():
 
 
 def test_memory_per_cpu_covers_a_ranks_shard_the_test_array_and_the_runtime():
-    from mpinet.cluster import mem_per_cpu_mb
+    from mpinet.launch.slurm import mem_per_cpu_mb
 
     intel_train, intel_test = 14034 * 67500 * 4, 3000 * 67500 * 4  # float32 at 150 px
     assert mem_per_cpu_mb(intel_train, intel_test, ranks=2, threads=1) == int(1807.1 + 772.5 + 300) + 1
@@ -177,7 +177,7 @@ def test_memory_per_cpu_covers_a_ranks_shard_the_test_array_and_the_runtime():
 
 
 def test_a_pilot_refuses_a_study_spread_over_nodes_before_asking_slurm(tmp_path, capsys):
-    from mpinet import pilot
+    from mpinet.launch import pilot
 
     config = tmp_path / "spread.yaml"
     experiments = [{"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "nodes": 2}]

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mpinet.confidence import bootstrap_medians, compare_launches, interval, t975
+from mpinet.analysis.confidence import bootstrap_medians, compare_launches, interval, t975
 
 
 def _launches(rng, n, true_s, launch_noise, epoch_noise=0.01, epochs=20):
@@ -66,8 +66,8 @@ def test_the_same_change_in_twenty_percent_launch_noise_with_two_launches_is_not
 
 
 def test_runs_csv_and_seeds_csv_carry_intervals_and_say_when_they_cover_one_launch(tmp_path):
-    from mpinet.aggregate import summarize_runs, summarize_seeds
-    from mpinet.experiments import DEFAULTS
+    from mpinet.analysis.aggregate import summarize_runs, summarize_seeds
+    from mpinet.study.experiments import DEFAULTS
 
     rng = np.random.default_rng(5)
     rows = []
@@ -98,7 +98,7 @@ def test_runs_csv_and_seeds_csv_carry_intervals_and_say_when_they_cover_one_laun
     assert {"speedup_ci_low", "speedup_ci_high", "ci_launches"} <= set(seeds.columns)
     assert seeds.set_index("ranks").loc[2, "ci_launches"] == 3
 
-    from mpinet.summary import summary_table
+    from mpinet.analysis.summary import summary_table
 
     runs.to_csv(tmp_path / "runs.csv", index=False)
     text = summary_table(tmp_path / "runs.csv")
@@ -109,7 +109,7 @@ def test_runs_csv_and_seeds_csv_carry_intervals_and_say_when_they_cover_one_laun
 
 def _runs_table(rng, experiments: dict, launches: int, noise: float) -> pd.DataFrame:
     """runs.csv rows: per experiment (algorithm, ranks) -> true epoch time, `launches` repeats each."""
-    from mpinet.experiments import DEFAULTS
+    from mpinet.study.experiments import DEFAULTS
 
     rows = []
     for (algorithm, ranks), true_s in experiments.items():
@@ -134,7 +134,7 @@ def test_make_compare_finds_a_slowdown_a_speedup_and_lists_the_unmatched(tmp_pat
         (tmp_path / name / "metrics").mkdir(parents=True)
         table.to_csv(tmp_path / name / "metrics" / "runs.csv", index=False)
     p = subprocess.run(
-        [sys.executable, "-m", "mpinet.compare", tmp_path / "A", tmp_path / "B", "--out", tmp_path / "cmp"],
+        [sys.executable, "-m", "mpinet.analysis.compare", tmp_path / "A", tmp_path / "B", "--out", tmp_path / "cmp"],
         capture_output=True,
         text=True,
         env=env(),
@@ -152,7 +152,7 @@ def test_make_compare_finds_a_slowdown_a_speedup_and_lists_the_unmatched(tmp_pat
 
 def test_compare_in_launch_noise_with_two_launches_detects_nothing_and_a_missing_table_is_one_line(tmp_path):
     from mpinet import MpinetError
-    from mpinet.compare import compare, read_runs
+    from mpinet.analysis.compare import compare, read_runs
 
     rng = np.random.default_rng(7)
     a = _runs_table(rng, {("allreduce", 2): 0.6}, 2, 0.2)
@@ -164,7 +164,7 @@ def test_compare_in_launch_noise_with_two_launches_detects_nothing_and_a_missing
 
 def _measured_runs():
     """A runs.csv whose 2-rank Allreduce speedup is 1.95 with interval [1.89, 2.07]."""
-    from mpinet.experiments import DEFAULTS
+    from mpinet.study.experiments import DEFAULTS
 
     base = dict(DEFAULTS, dataset="d", hidden="30-20", train_samples=100, ci_launches=3)
     return pd.DataFrame(
@@ -177,7 +177,7 @@ def _measured_runs():
 
 
 def test_a_reference_is_met_when_the_interval_meets_its_band_and_breached_when_wholly_outside():
-    from mpinet.references import evaluate
+    from mpinet.analysis.references import evaluate
 
     refs = [
         {"algorithm": "allreduce", "ranks": 2, "speedup": 2.0, "tolerance": 0.1},
@@ -203,7 +203,7 @@ def test_a_reference_is_met_when_the_interval_meets_its_band_and_breached_when_w
 )
 def test_a_reference_that_cannot_be_checked_is_an_error_naming_it(refs, message):
     from mpinet import MpinetError
-    from mpinet.references import evaluate
+    from mpinet.analysis.references import evaluate
 
     with pytest.raises(MpinetError, match=message):
         evaluate(refs, _measured_runs())
@@ -221,7 +221,7 @@ def test_make_check_exits_non_zero_on_a_breach_and_zero_when_every_band_is_met(t
 
     def check(refs):
         (tmp_path / "c.yaml").write_text(yaml.safe_dump({"study": "s", "references": refs}))
-        cmd = [sys.executable, "-m", "mpinet.references", "c.yaml"]
+        cmd = [sys.executable, "-m", "mpinet.analysis.references", "c.yaml"]
         return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env())
 
     ok = check([{"algorithm": "allreduce", "ranks": 2, "speedup": 2.0}])

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mpinet.costmodel import (
+from mpinet.analysis.costmodel import (
     COMPUTE_KEYS,
     Link,
     allreduce_seconds,
@@ -20,7 +20,7 @@ from mpinet.costmodel import (
     paramserver_step_seconds,
     predict,
 )
-from mpinet.options import COMPUTE_OPTIONS, NOT_COMPUTE, Options
+from mpinet.engine.options import COMPUTE_OPTIONS, NOT_COMPUTE, Options
 
 
 def test_the_link_fit_recovers_known_alpha_and_beta_from_noisy_timings():
@@ -97,7 +97,7 @@ def test_predictions_cover_every_design_and_rank_count_with_speedups_against_the
 
 
 def test_without_a_one_rank_run_the_model_predicts_nothing_but_keeps_its_columns(tmp_path):
-    from mpinet.plots import scaling
+    from mpinet.analysis.plots import scaling
 
     runs = _runs()
     runs = runs.assign(ranks=2, algorithm="allreduce")  # no 1-rank run: no compute to fit
@@ -111,7 +111,7 @@ def test_without_a_one_rank_run_the_model_predicts_nothing_but_keeps_its_columns
 
 
 def test_the_models_exchange_is_judged_against_the_measured_transfer_without_the_wait():
-    from mpinet.aggregate import add_model
+    from mpinet.analysis.aggregate import add_model
 
     runs = pd.concat(
         [

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 from conftest import REPO
 
-from mpinet import MpinetError, dataset
-from mpinet.csvdata import prepare_table, read_table
-from mpinet.split import stratified_split
+from mpinet import MpinetError
+from mpinet.datasets import dataset
+from mpinet.datasets.csvdata import prepare_table, read_table
+from mpinet.datasets.split import stratified_split
 
 IRIS = REPO / "src" / "mpinet" / "data" / "iris.csv"
 

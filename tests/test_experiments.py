@@ -5,8 +5,8 @@ import pytest
 from conftest import REPO
 
 from mpinet import MpinetError
-from mpinet.experiments import expand_sweeps, train_arguments
-from mpinet.options import Options
+from mpinet.engine.options import Options
+from mpinet.study.experiments import expand_sweeps, train_arguments
 
 DATASETS = {"iris": {}, "images": {}}
 
@@ -62,8 +62,8 @@ def test_the_grid_and_the_cli_derive_from_the_options_dataclass():
     """One definition: a field added to train.Options appears as a grid column, a default and a flag."""
     from dataclasses import fields
 
-    from mpinet.experiments import COLUMNS, DEFAULTS
-    from mpinet.options import Options
+    from mpinet.engine.options import Options
+    from mpinet.study.experiments import COLUMNS, DEFAULTS
     from mpinet.train import parse_args
 
     names = [f.name for f in fields(Options)]
@@ -73,7 +73,7 @@ def test_the_grid_and_the_cli_derive_from_the_options_dataclass():
 
 
 def test_repeats_are_separate_launches_in_rounds_with_designs_side_by_side():
-    from mpinet.experiments import launch_order
+    from mpinet.study.experiments import launch_order
 
     df = expand_sweeps(
         [{"dataset": "iris", "algorithm": ["serial", "allreduce"], "ranks": [1, 2], "seed": [1, 2], "repeats": 2}],
@@ -92,7 +92,7 @@ def test_repeats_are_separate_launches_in_rounds_with_designs_side_by_side():
 
 
 def test_nodes_is_a_placement_outside_the_run_path_capped_at_one_node_per_rank():
-    from mpinet.experiments import COLUMNS
+    from mpinet.study.experiments import COLUMNS
 
     df = expand_sweeps(
         [{"dataset": "iris", "algorithm": ["serial", "allreduce"], "ranks": [1, 2, 4], "nodes": 3}], DATASETS

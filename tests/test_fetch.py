@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mpinet import MpinetError, dataset
-from mpinet.fetch import fetch, unpack
-from mpinet.images import prepare_images
+from mpinet import MpinetError
+from mpinet.datasets import dataset
+from mpinet.datasets.fetch import fetch, unpack
+from mpinet.datasets.images import prepare_images
 
 
 def _sha(path):
@@ -173,7 +174,7 @@ def test_an_archive_that_would_unpack_far_beyond_its_size_is_refused(tmp_path):
 
 
 def test_a_checksum_that_cannot_be_checked_is_refused(tmp_path):
-    from mpinet.fetch import source_error
+    from mpinet.datasets.fetch import source_error
 
     (tmp_path / "folder").mkdir()
     entry = {"source": str(tmp_path / "folder"), "format": "images", "sha256": "0" * 64}
@@ -185,7 +186,7 @@ def test_a_checksum_that_cannot_be_checked_is_refused(tmp_path):
 
 
 def test_a_folder_source_lists_its_data_files_as_inputs(tmp_path):
-    from mpinet.fetch import local_files
+    from mpinet.datasets.fetch import local_files
 
     (tmp_path / "f" / "a").mkdir(parents=True)
     (tmp_path / "f" / "a" / "1.jpg").write_bytes(b"x")
@@ -243,7 +244,7 @@ def odd_server():
 
 
 def test_the_file_name_comes_from_the_server_when_the_url_has_none(odd_server, tmp_path):
-    from mpinet.prepare import find_table
+    from mpinet.datasets.prepare import find_table
 
     raw = fetch(f"{odd_server}/download?id=3", tmp_path / "a")
     assert [p.name for p in raw.iterdir()] == ["flowers.csv"]  # the server's name, without its path
@@ -275,7 +276,7 @@ def test_a_compressed_single_file_is_decompressed(tmp_path, suffix, opener):
 
 
 def test_the_bundled_iris_table_is_found_from_any_directory_and_an_unknown_name_is_refused(tmp_path, monkeypatch):
-    from mpinet.fetch import resolve_source, source_error
+    from mpinet.datasets.fetch import resolve_source, source_error
 
     monkeypatch.chdir(tmp_path)
     path = resolve_source("bundled:iris")

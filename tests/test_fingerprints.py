@@ -26,8 +26,8 @@ def _jobs() -> dict[str, CodeFingerprint]:
 
 
 def _file(module: str) -> str:
-    parts = module.split(".")[1:]
-    return "/".join(parts) + ".py" if parts else "__init__.py"
+    """A module's file, relative to the package root (a package is its __init__.py)."""
+    return str(fingerprints._module_file(module, fingerprints.PACKAGE).relative_to(fingerprints.PACKAGE))
 
 
 CASES = [(job, module) for job, fp in _jobs().items() for module in fp.modules()]
@@ -59,8 +59,21 @@ def test_the_closure_follows_lazy_imports_and_from_package_imports(tmp_path):
 
 def test_the_numerics_hold_the_loop_and_what_it_imports_and_no_command_line_or_file_writing():
     modules = set(NUMERICS.modules())
-    assert {"mpinet.loop", "mpinet.model", "mpinet.blas", "mpinet.comm", "mpinet.options", "mpinet.dataset"} <= modules
-    assert not modules & {"mpinet.train", "mpinet.runfiles", "mpinet.checkpoint", "mpinet.files", "mpinet.prepared"}
+    assert {
+        "mpinet.engine.loop",
+        "mpinet.engine.model",
+        "mpinet.engine.blas",
+        "mpinet.engine.comm",
+        "mpinet.engine.options",
+        "mpinet.datasets.dataset",
+    } <= modules
+    assert not modules & {
+        "mpinet.train",
+        "mpinet.engine.runfiles",
+        "mpinet.engine.checkpoint",
+        "mpinet.files",
+        "mpinet.datasets.prepared",
+    }
 
 
 def test_a_fingerprint_does_not_depend_on_where_the_package_is_installed(tmp_path):
@@ -86,7 +99,7 @@ def test_every_workflow_job_that_runs_package_code_takes_its_fingerprint_as_a_pa
         "commbench": 'job_code("mpinet.commbench")',
         "aggregate": 'script_code(workflow.source_path("../scripts/aggregate.py"))',
         "plots": 'script_code(workflow.source_path("../scripts/plots.py"))',
-        "record_study": 'job_code("mpinet.leftovers")',
+        "record_study": 'job_code("mpinet.study.leftovers")',
     }
     running = {
         name
@@ -98,15 +111,15 @@ def test_every_workflow_job_that_runs_package_code_takes_its_fingerprint_as_a_pa
     for name, expected in param.items():
         assert expected in (train if name.startswith("train") else rules[name]), name
     commands = {
-        "fetch": "mpinet.fetch",
-        "prepare": "mpinet.prepare",
-        "make_synthetic": "mpinet.synthetic",
+        "fetch": "mpinet.datasets.fetch",
+        "prepare": "mpinet.datasets.prepare",
+        "make_synthetic": "mpinet.datasets.synthetic",
     }
     datacli = (REPO / "src" / "mpinet" / "datacli.py").read_text()
     for module in commands.values():  # the datacli subcommands run exactly the fingerprints' entries
         assert f"from {module} import" in datacli
-    assert FETCHING.entries == ("mpinet.fetch",) and PREPARATION.entries == ("mpinet.prepare",)
-    assert SYNTHESIS.entries == ("mpinet.synthetic",)
+    assert FETCHING.entries == ("mpinet.datasets.fetch",) and PREPARATION.entries == ("mpinet.datasets.prepare",)
+    assert SYNTHESIS.entries == ("mpinet.datasets.synthetic",)
 
 
 def test_a_version_bump_undoes_a_same_entry():

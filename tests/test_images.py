@@ -2,9 +2,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mpinet import MpinetError, dataset
-from mpinet.fetch import fetch
-from mpinet.images import find_splits, prepare_images
+from mpinet import MpinetError
+from mpinet.datasets import dataset
+from mpinet.datasets.fetch import fetch
+from mpinet.datasets.images import find_splits, prepare_images
 
 
 def _folder(root, split, classes, n=3, size=20, seed=0):
@@ -112,7 +113,7 @@ def test_folder_without_images_says_what_layout_is_expected(tmp_path):
 
 
 def test_pixel_formats_become_the_rgb_a_viewer_shows(tmp_path):
-    from mpinet.images import load_image
+    from mpinet.datasets.images import load_image
 
     deep = tmp_path / "deep.png"  # 16-bit grey: Pillow's plain RGB conversion clips it to white
     Image.fromarray(np.full((4, 4), 32896, dtype=np.uint16)).save(deep)

@@ -4,7 +4,8 @@ import shutil
 
 import pytest
 
-from mpinet import MpinetError, leftovers
+from mpinet import MpinetError
+from mpinet.study import leftovers
 
 
 def test_a_directory_that_cannot_be_deleted_is_named_and_the_others_are_removed(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mpinet.model import LOSSES, Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
+from mpinet.engine.model import LOSSES, Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
 
 
 def _loss(net, layers, x, y, ws):
@@ -157,7 +157,7 @@ def _step_both_ways(net, x, y, scale=0.05):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("sizes,batch", [((4, 5, 4, 3), 4), ((3000, 30, 20, 6), 4), ((3000, 30, 20, 6), 32)])
 def test_the_update_folded_into_the_gemm_is_the_subtraction_bit_for_bit(dtype, sizes, batch):
-    from mpinet import blas
+    from mpinet.engine import blas
 
     assert blas.fused_available(dtype)  # numpy's pinned wheel brings an ILP64 OpenBLAS
     rng = np.random.default_rng(2)
@@ -167,7 +167,7 @@ def test_the_update_folded_into_the_gemm_is_the_subtraction_bit_for_bit(dtype, s
 
 
 def test_without_the_fused_blas_call_backward_still_steps(monkeypatch):
-    from mpinet import blas
+    from mpinet.engine import blas
 
     monkeypatch.setenv(blas.OFF, "0")
     blas._gemm.cache_clear()
@@ -182,7 +182,7 @@ def test_without_the_fused_blas_call_backward_still_steps(monkeypatch):
 
 
 def test_a_strided_batch_of_a_memory_map_is_fused_and_other_layouts_are_refused():
-    from mpinet import blas
+    from mpinet.engine import blas
 
     rng = np.random.default_rng(5)
     x = rng.normal(size=(10, 40))

@@ -73,17 +73,20 @@ def test_the_fingerprint_covers_what_decides_the_numbers_and_not_the_command_lin
 
     base = guard.value()
     assert base == NUMERICS.value()
-    assert fingerprint_after("loop.py", '"""The epoch loop', '# a comment\n"""The epoch loop, said otherwise:') == base
+    assert (
+        fingerprint_after("engine/loop.py", '"""The epoch loop', '# a comment\n"""The epoch loop, said otherwise:')
+        == base
+    )
     assert fingerprint_after("train.py", "def main(", "def _unused():\n    pass\n\n\ndef main(") == base
-    assert fingerprint_after("runfiles.py", '"ranks": comm.size,', '"ranks": comm.size, "extra": 1,') == base
-    assert fingerprint_after("checkpoint.py", "def signature(", "X = 1\n\n\ndef signature(") == base
-    assert fingerprint_after("options.py", '"SGD step size', '"the SGD step size') == base  # a help text
+    assert fingerprint_after("engine/runfiles.py", '"ranks": comm.size,', '"ranks": comm.size, "extra": 1,') == base
+    assert fingerprint_after("engine/checkpoint.py", "def signature(", "X = 1\n\n\ndef signature(") == base
+    assert fingerprint_after("engine/options.py", '"SGD step size', '"the SGD step size') == base  # a help text
     assert fingerprint_after("__init__.py", '__version__ = "', '__version__ = "9') == base
-    assert fingerprint_after("model.py", "def _sigmoid(", "def _unused():\n    pass\n\n\ndef _sigmoid(") != base
-    assert fingerprint_after("comm.py", "class Comm:", "X = 1\n\n\nclass Comm:") != base
+    assert fingerprint_after("engine/model.py", "def _sigmoid(", "def _unused():\n    pass\n\n\ndef _sigmoid(") != base
+    assert fingerprint_after("engine/comm.py", "class Comm:", "X = 1\n\n\nclass Comm:") != base
     # which rows a run trains on (train_size) and the data as the trainer reads it
-    assert fingerprint_after("options.py", "return opts.train_samples or n_train", "return n_train") != base
-    assert fingerprint_after("dataset.py", "SUBSET_SEED = 20240", "SUBSET_SEED = 20241") != base
+    assert fingerprint_after("engine/options.py", "return opts.train_samples or n_train", "return n_train") != base
+    assert fingerprint_after("datasets/dataset.py", "SUBSET_SEED = 20240", "SUBSET_SEED = 20241") != base
 
 
 def test_a_refactor_keeps_the_fingerprint_only_through_an_entry_and_a_version_bump_undoes_it():

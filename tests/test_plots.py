@@ -6,9 +6,9 @@ import pytest
 from conftest import run_train, write_dataset
 from PIL import Image
 
-from mpinet.aggregate import write_tables
-from mpinet.experiments import DEFAULTS
-from mpinet.plots import plot_dataset
+from mpinet.analysis.aggregate import write_tables
+from mpinet.analysis.plots import plot_dataset
+from mpinet.study.experiments import DEFAULTS
 
 FIGURES = ["curves", "data_size", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"]
 
@@ -81,7 +81,7 @@ def test_tables_hold_every_run_and_epoch(small_run):
 
 
 def test_other_swept_parameters_become_named_variants():
-    from mpinet.plots import _label
+    from mpinet.analysis.plots import _label
 
     df = pd.DataFrame(
         [
@@ -97,7 +97,7 @@ def test_other_swept_parameters_become_named_variants():
 def test_the_intel_figure_carries_the_originals_numbers_relative_to_their_first_point(small_run, tmp_path):
     import pandas as pd
 
-    from mpinet.plots import ORIGINAL_INTEL, scaling
+    from mpinet.analysis.plots import ORIGINAL_INTEL, scaling
 
     _, _, m = small_run
     texts = scaling(pd.read_csv(m / "runs.csv"), "intel", tmp_path / "s.png", original=True)
@@ -111,8 +111,8 @@ def test_the_intel_figure_carries_the_originals_numbers_relative_to_their_first_
 def test_the_scaling_figure_draws_the_cost_models_lines_to_32_ranks(small_run, tmp_path):
     import pandas as pd
 
-    from mpinet.costmodel import Link, predict
-    from mpinet.plots import scaling
+    from mpinet.analysis.costmodel import Link, predict
+    from mpinet.analysis.plots import scaling
 
     _, _, m = small_run
     runs = pd.read_csv(m / "runs.csv")
@@ -125,7 +125,7 @@ def test_the_scaling_figure_draws_the_cost_models_lines_to_32_ranks(small_run, t
 
 
 def test_a_figure_with_more_variants_than_rows_names_the_ones_it_left_out(tmp_path, capsys):
-    from mpinet.plots import MAX_VARIANT_ROWS, training_curves
+    from mpinet.analysis.plots import MAX_VARIANT_ROWS, training_curves
 
     rows = [
         dict(DEFAULTS, hidden="30-20", dataset="d", algorithm="serial", ranks=1, learning_rate=lr, seed=1,

@@ -82,8 +82,8 @@ def _tree_hash(d: Path) -> str:
 
 def produced(tmp_path: Path) -> tuple[dict, dict]:
     """What each case fetches (a hash of the files) and prepares (its summary but for paths)."""
-    from mpinet.fetch import fetch
-    from mpinet.prepare import prepare_dataset
+    from mpinet.datasets.fetch import fetch
+    from mpinet.datasets.prepare import prepare_dataset
 
     _sources(tmp_path)
     fetched, prepared = {}, {}
@@ -132,11 +132,11 @@ def test_the_data_fingerprints_cover_their_modules_and_not_the_command_line(tmp_
         return package.value_after(guard, module, old, new)
 
     base = guard.value()
-    assert after("fetch.py", "def fetch(", "# a comment\ndef fetch(") == base
+    assert after("datasets/fetch.py", "def fetch(", "# a comment\ndef fetch(") == base
     assert after("datacli.py", "def main(", "def _unused():\n    pass\n\n\ndef main(") == base
     assert after("__init__.py", '__version__ = "', '__version__ = "9') == base
-    assert after("fetch.py", "CHUNK = 1 << 20", "CHUNK = 1 << 21") != base
-    changes_preparation = after("images.py", "def _flatten(", "X = 1\n\n\ndef _flatten(") != base
+    assert after("datasets/fetch.py", "CHUNK = 1 << 20", "CHUNK = 1 << 21") != base
+    changes_preparation = after("datasets/images.py", "def _flatten(", "X = 1\n\n\ndef _flatten(") != base
     assert changes_preparation == (name == "PREPARATION")
     bumped = dataclasses.replace(guard, version=guard.version + 1)
     assert bumped.value() == bumped.code_hash() != base

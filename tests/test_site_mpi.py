@@ -70,7 +70,7 @@ def test_the_engine_runs_under_the_sites_mpiexec_and_equals_serial(site, tmp_pat
     serial = [python, "-m", "mpinet.train", *map(str, args), "--out", str(tmp_path / "s"), "--batch-size", "8"]
     subprocess.run(serial, env=env, check=True, capture_output=True, timeout=120)
     launcher = subprocess.run(
-        [python, "-c", "from mpinet.launcher import mpiexec_argv; print(' '.join(mpiexec_argv(2)))"],
+        [python, "-c", "from mpinet.launch.launcher import mpiexec_argv; print(' '.join(mpiexec_argv(2)))"],
         env=env,
         capture_output=True,
         text=True,

@@ -173,8 +173,8 @@ def test_a_two_thread_run_gets_two_cpus_and_uses_them(slurm_run):
 
 
 def test_each_allocation_asks_for_the_sum_of_its_members_estimates(slurm_run):
-    from mpinet import walltime
-    from mpinet.experiments import expand_sweeps
+    from mpinet.launch import walltime
+    from mpinet.study.experiments import expand_sweeps
 
     wd, since = slurm_run
     pools = _pools(sacct_jobs(wd, since, extra="Timelimit")).set_index("pool")
@@ -229,13 +229,13 @@ def test_second_invocation_has_nothing_to_do_and_one_change_submits_only_its_job
 def test_a_pilot_runs_the_study_in_one_allocation_one_training_after_another(slurm_run, tmp_path):
     """make slurm-pilot's engine: the data prepared here, then one SLURM job in which Snakemake runs
     every training as a job step, timed alone, with the pooled runs' numbers."""
-    from mpinet import pilot, walltime
-    from mpinet.experiments import expand_sweeps
+    from mpinet.launch import pilot, walltime
+    from mpinet.study.experiments import expand_sweeps
 
     wd = copy_repo(tmp_path)
     write_config(wd, CONFIG)
     since = _since()
-    cmd = [sys.executable, "-m", "mpinet.pilot", "--configfile", "config/test.yaml"]
+    cmd = [sys.executable, "-m", "mpinet.launch.pilot", "--configfile", "config/test.yaml"]
     p = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, env=copy_env(wd), timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     jobs = sacct_jobs(wd, since, extra="Timelimit")
@@ -424,7 +424,7 @@ def test_make_slurm_run_takes_the_default_config_to_the_report(tmp_path):
     assert done_at is not None and report_at - done_at < 30
     jobs = sacct_jobs(wd, since)
     pools = _pools(jobs)
-    from mpinet.experiments import expand_sweeps
+    from mpinet.study.experiments import expand_sweeps
 
     default = yaml.safe_load((wd / "config/config.yaml").read_text())
     experiments = expand_sweeps(default["experiments"], default["datasets"])

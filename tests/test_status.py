@@ -5,8 +5,8 @@ import time
 
 import numpy as np
 
-from mpinet.checkpoint import keep_run_record, save_checkpoint
-from mpinet.status import Experiment, state
+from mpinet.engine.checkpoint import keep_run_record, save_checkpoint
+from mpinet.study.status import Experiment, state
 
 
 def _experiment(tmp_path) -> Experiment:

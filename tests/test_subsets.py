@@ -9,12 +9,13 @@ import pandas as pd
 import pytest
 from conftest import run_train, weights, write_dataset
 
-from mpinet import MpinetError, dataset
-from mpinet.checkpoint import Store
-from mpinet.comm import Comm
-from mpinet.experiments import DEFAULTS, check_sizes, expand_sweeps
-from mpinet.loop import train
-from mpinet.options import Impossible, Options, check_options
+from mpinet import MpinetError
+from mpinet.datasets import dataset
+from mpinet.engine.checkpoint import Store
+from mpinet.engine.comm import Comm
+from mpinet.engine.loop import train
+from mpinet.engine.options import Impossible, Options, check_options
+from mpinet.study.experiments import DEFAULTS, check_sizes, expand_sweeps
 
 F64 = ("--dtype", "float64")
 
@@ -157,7 +158,7 @@ def _run(algorithm, ranks, epoch_s, **keys):
 
 
 def test_weak_efficiency_divides_the_one_rank_time_with_k_by_the_p_rank_time_with_p_k(tmp_path):
-    from mpinet.aggregate import summarize_runs
+    from mpinet.analysis.aggregate import summarize_runs
 
     weak = [("serial", 1, 20, 20, 0.5), ("allreduce", 2, 40, 20, 0.625), ("allreduce", 4, 80, 20, 1.0)]
     epochs = _epochs_of(tmp_path, [*STRONG, *weak])
@@ -202,7 +203,7 @@ def _epochs(run: dict, n: int, t: float, d) -> list[dict]:
 
 
 def test_the_model_predicts_weak_scaling_from_the_compute_per_sample():
-    from mpinet.costmodel import Link, epoch_seconds, n_params, predict
+    from mpinet.analysis.costmodel import Link, epoch_seconds, n_params, predict
 
     base = dict(DEFAULTS, dataset="d", hidden="30-20", features=100, classes=3, median_compute_s=0.2)
     runs = pd.DataFrame(
@@ -223,8 +224,8 @@ def test_the_model_predicts_weak_scaling_from_the_compute_per_sample():
 
 
 def test_the_figures_show_data_size_curves_and_a_weak_scaling_panel(tmp_path):
-    from mpinet.aggregate import summarize_runs
-    from mpinet.plots import data_size, scaling
+    from mpinet.analysis.aggregate import summarize_runs
+    from mpinet.analysis.plots import data_size, scaling
 
     epochs = _epochs_of(
         tmp_path,

@@ -10,12 +10,13 @@ import psutil
 import pytest
 from conftest import env, run_train, train_cmd, weights, write_dataset
 
-from mpinet import MpinetError, dataset
-from mpinet.checkpoint import Store
-from mpinet.comm import Comm
-from mpinet.launcher import library, mpiexec_argv
-from mpinet.loop import train
-from mpinet.options import Options, check_options
+from mpinet import MpinetError
+from mpinet.datasets import dataset
+from mpinet.engine.checkpoint import Store
+from mpinet.engine.comm import Comm
+from mpinet.engine.loop import train
+from mpinet.engine.options import Options, check_options
+from mpinet.launch.launcher import library, mpiexec_argv
 
 F64 = ("--dtype", "float64")
 
@@ -80,7 +81,7 @@ def test_allreduce_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffl
 
 
 def weights_after_zero_epochs(data, tmp_path):
-    from mpinet.model import Net, init_params
+    from mpinet.engine.model import Net, init_params
 
     a = dataset.load(data)
     return init_params(Net((a.train_x.shape[1], 30, 20, 3), dtype=np.dtype(np.float64)), 1)
@@ -288,7 +289,7 @@ def test_sigterm_then_rerun_resumes_to_the_uninterrupted_result(tmp_path):
 
 
 def test_batch_shuffle_reads_rows_without_copying():
-    from mpinet.loop import _rows
+    from mpinet.engine.loop import _rows
 
     x = np.arange(40, dtype=np.float32).reshape(10, 4)
     buf32, buf64 = np.empty((3, 4), np.float32), np.empty((3, 4), np.float64)

@@ -1,4 +1,4 @@
-"""SLURM time limits from what is known about a run (mpinet.walltime)."""
+"""SLURM time limits from what is known about a run (mpinet.launch.walltime)."""
 
 import json
 import math
@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mpinet import costmodel, walltime
-from mpinet.checkpoint import save_checkpoint
-from mpinet.options import Options
+from mpinet.analysis import costmodel
+from mpinet.engine.checkpoint import save_checkpoint
+from mpinet.engine.options import Options
+from mpinet.launch import walltime
 
 # an experiment row as the grid makes it: every option, the defaults but these
 ROW = {**asdict(Options()), "dataset": "intel", "algorithm": "allreduce", "ranks": 2, "epochs": 10, "hidden": [40, 10]}

@@ -233,30 +233,42 @@ def test_a_placement_retrains_nothing_and_local_runs_record_their_one_host(workd
 
 def test_code_edits_rerun_exactly_the_jobs_whose_numbers_they_change(workdir):
     package = workdir / "src/mpinet"
-    modules = ("plots.py", "model.py", "loop.py", "train.py", "runfiles.py", "options.py", "costmodel.py")
+    modules = (
+        "analysis/plots.py",
+        "engine/model.py",
+        "engine/loop.py",
+        "train.py",
+        "engine/runfiles.py",
+        "engine/options.py",
+        "analysis/costmodel.py",
+    )
     old = {m: (package / m).read_text() for m in modules}
     try:
-        (package / "plots.py").write_text(old["plots.py"] + "\n# edited\n")
+        (package / "analysis/plots.py").write_text(old["analysis/plots.py"] + "\n# edited\n")
         assert planned(workdir) == {}  # a comment
-        (package / "plots.py").write_text(old["plots.py"] + "\nX = 1\n")
+        (package / "analysis/plots.py").write_text(old["analysis/plots.py"] + "\nX = 1\n")
         assert planned(workdir) == {"plots": 2, "all": 1}
-        (package / "plots.py").write_text(old["plots.py"])
+        (package / "analysis/plots.py").write_text(old["analysis/plots.py"])
         # what the tables import, directly or not (costmodel: model.csv), reruns them and the figures
-        (package / "costmodel.py").write_text(old["costmodel.py"] + "\nX = 1\n")
+        (package / "analysis/costmodel.py").write_text(old["analysis/costmodel.py"] + "\nX = 1\n")
         assert planned(workdir) == {"aggregate": 1, "plots": 2, "commbench": 1, "all": 1}
-        (package / "costmodel.py").write_text(old["costmodel.py"])
+        (package / "analysis/costmodel.py").write_text(old["analysis/costmodel.py"])
         # comments, docstrings, help texts, the CLI and run.json fields decide no number: nothing retrains
-        (package / "model.py").write_text(old["model.py"] + "\n# edited\n")
-        (package / "loop.py").write_text(old["loop.py"].replace('"""The epoch loop', '"""The loop, reworded,', 1))
+        (package / "engine/model.py").write_text(old["engine/model.py"] + "\n# edited\n")
+        (package / "engine/loop.py").write_text(
+            old["engine/loop.py"].replace('"""The epoch loop', '"""The loop, reworded,', 1)
+        )
         (package / "train.py").write_text(old["train.py"] + "\n\ndef unused():\n    pass\n")
-        (package / "options.py").write_text(old["options.py"].replace('"hidden layer sizes"', '"hidden sizes"'))
-        (package / "runfiles.py").write_text(
-            old["runfiles.py"].replace('"ranks": comm.size,', '"ranks": comm.size, "x": 1,')
+        (package / "engine/options.py").write_text(
+            old["engine/options.py"].replace('"hidden layer sizes"', '"hidden sizes"')
+        )
+        (package / "engine/runfiles.py").write_text(
+            old["engine/runfiles.py"].replace('"ranks": comm.size,', '"ranks": comm.size, "x": 1,')
         )
         assert planned(workdir) == {}
         # a change to the computation, or to which rows a run trains on, retrains every experiment
         # and redraws what comes from them, and nothing upstream of training
-        for module, text in (("model.py", "\nEPS = 1e-12\n"), ("options.py", "\nX = 1\n")):
+        for module, text in (("engine/model.py", "\nEPS = 1e-12\n"), ("engine/options.py", "\nX = 1\n")):
             (package / module).write_text(old[module] + text)
             jobs = planned(workdir)
             assert jobs["train_single"] == 4 and jobs["train_mpi"] == 3 and jobs["aggregate"] == 1, jobs
@@ -282,22 +294,24 @@ def test_the_same_release_installed_at_another_path_plans_nothing(workdir, tmp_p
 
 def test_a_release_and_data_code_refactors_refetch_reprepare_and_retrain_nothing(workdir):
     package = workdir / "src/mpinet"
-    old = {m: (package / m).read_text() for m in ("__init__.py", "images.py", "fetch.py", "datacli.py")}
+    old = {
+        m: (package / m).read_text() for m in ("__init__.py", "datasets/images.py", "datasets/fetch.py", "datacli.py")
+    }
     data_jobs = {"make_synthetic", "fetch", "prepare", "train_single", "train_mpi"}
     try:
         # a new version number, a comment, a docstring, a help text: the data and the runs stand
         (package / "__init__.py").write_text(
             re.sub(r'__version__ = "[^"]+"', '__version__ = "9.9.9"', old["__init__.py"])
         )
-        (package / "images.py").write_text(old["images.py"] + "\n# edited\n")
-        (package / "fetch.py").write_text(
-            old["fetch.py"].replace('"""Fetch a dataset', '"""Fetch, reworded, a dataset', 1)
+        (package / "datasets/images.py").write_text(old["datasets/images.py"] + "\n# edited\n")
+        (package / "datasets/fetch.py").write_text(
+            old["datasets/fetch.py"].replace('"""Fetch a dataset', '"""Fetch, reworded, a dataset', 1)
         )
         (package / "datacli.py").write_text(old["datacli.py"].replace('"the zip file to write"', '"the zip to write"'))
         jobs = planned(workdir)
         assert not data_jobs & set(jobs), jobs
         # a change to how data is read re-prepares both datasets and retrains, but fetches nothing
-        (package / "images.py").write_text(old["images.py"] + "\nX = 1\n")
+        (package / "datasets/images.py").write_text(old["datasets/images.py"] + "\nX = 1\n")
         jobs = planned(workdir)
         assert jobs["prepare"] == 2 and jobs["train_single"] == 4 and jobs["train_mpi"] == 3, jobs
         assert "fetch" not in jobs and "make_synthetic" not in jobs, jobs
@@ -424,11 +438,11 @@ def _cmdline(pid):
 
 
 def test_data_error_through_snakemake_is_one_line_and_leaves_nothing(tmp_path):
-    from mpinet.synthetic import make_archive
+    from mpinet.datasets.synthetic import make_archive
 
     wd = copy_repo(tmp_path / "wd")
     raw = tmp_path / "photos"
-    from mpinet.fetch import fetch
+    from mpinet.datasets.fetch import fetch
 
     fetch(str(make_archive(tmp_path / "a.zip", 4, 2, 0, 16)), raw)
     bad = raw / "seg_train" / "seg_train" / "forest" / "00001.jpg"
@@ -493,7 +507,7 @@ def test_make_run_on_a_clean_checkout_leaves_tables_plots_and_report(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_editing_a_folder_source_reruns_fetch_prepare_and_training(tmp_path, synthetic_zip):
-    from mpinet.fetch import fetch
+    from mpinet.datasets.fetch import fetch
 
     wd = copy_repo(tmp_path / "wd")
     folder = fetch(str(synthetic_zip), tmp_path / "photos")

@@ -1,5 +1,5 @@
 """The MPI microbenchmark behind the cost model: a ping-pong and an Allreduce at growing message
-sizes, on MPI.COMM_WORLD, beside mpinet.comm (the two modules that call MPI).
+sizes, on MPI.COMM_WORLD, beside mpinet.engine.comm (the two modules that call MPI).
 
 Run under the launcher with 2+ ranks: mpiexec -n 2 python -m mpi4py -m mpinet.commbench --max-bytes N --out F
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from mpinet import MpinetError
-from mpinet.costmodel import fit_link
+from mpinet.analysis.costmodel import fit_link
 
 
 def bench(comm, max_bytes: int, repeats: int = 20) -> pd.DataFrame:

@@ -52,15 +52,15 @@ def main(argv=None) -> int:
     from mpinet.adapters import run_command
 
     if a.command == "synthetic":
-        from mpinet.synthetic import make_archive
+        from mpinet.datasets.synthetic import make_archive
 
         sizes = (a.train_per_class, a.test_per_class, a.pred_count, a.size, a.seed)
         return run_command(PROG, make_archive, a.archive, *sizes)
     if a.command == "fetch":
-        from mpinet.fetch import fetch
+        from mpinet.datasets.fetch import fetch
 
         return run_command(PROG, fetch, a.source, a.out_dir, sha256=a.sha256 or None)
-    from mpinet.prepare import prepare_dataset
+    from mpinet.datasets.prepare import prepare_dataset
 
     if not os.path.isdir(a.raw_dir):
         print(

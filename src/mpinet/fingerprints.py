@@ -11,7 +11,7 @@ changed), never a list of files or an install path, so:
   the job does not import, or the same package installed at another path reruns nothing.
 
 Training is the one job whose entry is not its command line: NUMERICS is the closure of the
-epoch loop (mpinet.loop), which is handed its checkpoint store and writes no file, so the
+epoch loop (mpinet.engine.loop), which is handed its checkpoint store and writes no file, so the
 command line, run.json and the checkpoint format (mpinet.train, .runfiles, .checkpoint) stay out
 while everything that decides a run's numbers or the rows it trains on (the model, the BLAS call,
 the exchange, the data as the trainer reads it, the options and their checks) is in.
@@ -62,30 +62,28 @@ class CodeFingerprint:
 NUMERICS = CodeFingerprint(
     "numerics",
     1,
-    ("mpinet.loop",),
-    {
-        "5009140d42f8b9a6": "3f0865c25f1a9cca",  # 0.4.0: train()'s setup and epoch loop moved into _Run
-        "b255860bc5887031": "d8023681db0bdf4e",  # the first layer's blocked sum as model.blocked_matmul
-        # 0.4.0: the modules derived from the loop's imports (options in; checkpoints and JSON writing out)
-        "b3c9c6a72bbdabb4": "d8023681db0bdf4e",
-    },
+    ("mpinet.engine.loop",),
+    # 0.4.0: the engine subpackage, its modules derived from the loop's imports (options in;
+    # checkpoints and file writing out); the same weights as 0.3.0's d8023681db0bdf4e
+    {"1eeed9a279bc9f80": "d8023681db0bdf4e"},
 )
 # what lands in resources/raw/<dataset>: the download, the checksum check and the unpacking
 FETCHING = CodeFingerprint(
     "fetching",
     1,
-    ("mpinet.fetch",),
-    {"ce61ed966d295ffc": "0ab16cf8a1426656"},  # 0.4.0: derived modules; bundled sources resolved in fetch()
+    ("mpinet.datasets.fetch",),
+    {"64e9fad2f05e0af7": "0ab16cf8a1426656"},  # 0.4.0: derived modules; bundled:NAME resolved in fetch()
 )
 # the arrays from those files: finding the files, decoding, splitting, standardizing, writing
 PREPARATION = CodeFingerprint(
     "preparation",
     1,
-    ("mpinet.prepare",),
-    {"cc9a484b9111a33d": "d17364a9ba7f0492"},  # 0.4.0: derived modules; dataset writing in mpinet.prepared
+    ("mpinet.datasets.prepare",),
+    # 0.4.0: the datasets subpackage, derived modules; dataset writing in mpinet.datasets.prepared
+    {"8269a88025f759a4": "d17364a9ba7f0492"},
 )
 # the generated stand-in for the Intel archive
-SYNTHESIS = CodeFingerprint("synthesis", 1, ("mpinet.synthetic",))
+SYNTHESIS = CodeFingerprint("synthesis", 1, ("mpinet.datasets.synthetic",))
 
 
 def job_code(*entries: str) -> str:

@@ -16,7 +16,7 @@ WEIGHTS_FILE = "weights.npz"
 RECORD_FILE = "run.json"
 RUN_FILES = (METRICS_FILE, CONFUSION_FILE, WEIGHTS_FILE, RECORD_FILE)
 CHECKPOINT_FILE = "checkpoint.npz"
-# the file in a fetched dataset that marks it as drawn by mpinet.synthetic, not real photographs
+# the file in a fetched dataset that marks it as drawn by mpinet.datasets.synthetic, not real photographs
 SYNTHETIC_MARKER = "SYNTHETIC.txt"
 
 

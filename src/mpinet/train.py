@@ -11,12 +11,13 @@ import traceback
 from dataclasses import fields
 from pathlib import Path
 
-from mpinet import MpinetError, dataset
-from mpinet.checkpoint import Store, keep_run_record, remove_checkpoint, run_record
-from mpinet.comm import Comm, world
-from mpinet.loop import train
-from mpinet.options import Options, option_flag
-from mpinet.runfiles import run_metadata, write_outputs
+from mpinet import MpinetError
+from mpinet.datasets import dataset
+from mpinet.engine.checkpoint import Store, keep_run_record, remove_checkpoint, run_record
+from mpinet.engine.comm import Comm, world
+from mpinet.engine.loop import train
+from mpinet.engine.options import Options, option_flag
+from mpinet.engine.runfiles import run_metadata, write_outputs
 
 # one-at-a-time: the workflow ran no other training job beside this one (local runs);
 # exclusive-node: SLURM gave the job whole nodes; shared: neither; unknown: started by hand

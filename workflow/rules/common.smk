@@ -29,7 +29,9 @@ if mpinet.__version__ != WORKFLOW_VERSION:
         f"{mpinet.__version__} ({Path(mpinet.__file__).parent}); install the workflow's version"
     )
 
-from mpinet import MpinetError, dataset, launcher, walltime
+from mpinet import MpinetError
+from mpinet.datasets import dataset
+from mpinet.launch import launcher, walltime
 from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION, SYNTHESIS, job_code, script_code
 from mpinet.layout import (
     CONFUSION_FILE,
@@ -41,10 +43,10 @@ from mpinet.layout import (
     RunPaths,
     output_key,
 )
-from mpinet.checkpoint import remove_finished
-from mpinet.cluster import TrainingJob, check_fits, mem_per_cpu_mb, partitions
-from mpinet.fetch import local_files, source_digest, source_error
-from mpinet.experiments import (
+from mpinet.engine.checkpoint import remove_finished
+from mpinet.launch.slurm import TrainingJob, check_fits, mem_per_cpu_mb, partitions
+from mpinet.datasets.fetch import local_files, source_digest, source_error
+from mpinet.study.experiments import (
     COLUMNS,
     check_sizes,
     config_error,
@@ -53,10 +55,10 @@ from mpinet.experiments import (
     launch_order,
     train_arguments,
 )
-from mpinet.references import check_entries as check_references, check_selects
-from mpinet.status import Experiment, failures, study_name
-from mpinet.summary import end_of_run
-from mpinet.leftovers import RECORD as LEFTOVERS_RECORD, write_record
+from mpinet.analysis.references import check_entries as check_references, check_selects
+from mpinet.study.status import Experiment, failures, study_name
+from mpinet.analysis.summary import end_of_run
+from mpinet.study.leftovers import RECORD as LEFTOVERS_RECORD, write_record
 
 # One line naming the key for a bad config; Snakemake's own validate then fills in the defaults.
 SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
@@ -225,7 +227,7 @@ def get_run_options(wildcards):
 
 
 def get_mem_per_cpu(wildcards, input):
-    """MB per CPU of a training job, sized from its prepared data (mpinet.cluster.mem_per_cpu_mb)."""
+    """MB per CPU of a training job, sized from its prepared data (mpinet.launch.slurm.mem_per_cpu_mb)."""
     sizes = {Path(f).name: Path(f).stat().st_size for f in input.data if Path(f).exists()}
     return mem_per_cpu_mb(
         sizes.get("train_x.npy", 0),
@@ -242,7 +244,7 @@ def calibration():
 
 
 def get_runtime(wildcards, input, attempt):
-    """Minutes a training job asks SLURM for (mpinet.walltime): from its own earlier epochs, the
+    """Minutes a training job asks SLURM for (mpinet.launch.walltime): from its own earlier epochs, the
     calibrated cost model or the network's size, with a safety factor; a pool asks for the sum."""
     row, data = RUN_ROWS[grid_path(wildcards)], Path(input.data[0]).parent
     return walltime.request(row, data, Path(get_checkpoint(wildcards)), *calibration(), attempt)

@@ -24,7 +24,7 @@ rule record_study:
     params:
         # the study's run list: when it changes, the record is rewritten
         run_dirs=lambda wildcards: run_dirs(),
-        code=job_code("mpinet.leftovers"),
+        code=job_code("mpinet.study.leftovers"),
     message:
         f"Recording the run directories of study {STUDY} (what make leftovers keeps)"
     run:

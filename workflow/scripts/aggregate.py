@@ -1,7 +1,7 @@
 """Snakemake adapter: build the metrics tables."""
 
 from mpinet.adapters import run_script
-from mpinet.aggregate import write_tables
+from mpinet.analysis.aggregate import write_tables
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 o = sm.output

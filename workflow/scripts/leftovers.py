@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from mpinet.adapters import run_script
-from mpinet.leftovers import leftovers_report, referenced
+from mpinet.study.leftovers import leftovers_report, referenced
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 p = sm.params

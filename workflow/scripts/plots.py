@@ -1,7 +1,7 @@
 """Snakemake adapter: draw one dataset's figures."""
 
 from mpinet.adapters import run_script
-from mpinet.plots import plot_dataset
+from mpinet.analysis.plots import plot_dataset
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 i = sm.input

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from mpinet.status import status_table
+from mpinet.study.status import status_table
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 table = status_table(sm.params.experiments)

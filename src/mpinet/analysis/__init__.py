@@ -1,0 +1,1 @@
+"""Tables, statistics, the cost model and the figures, from finished runs."""

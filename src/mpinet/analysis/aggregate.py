@@ -1,0 +1,277 @@
+"""Metrics tables from recorded runs: per epoch, per run (with speedup over serial), per configuration."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mpinet import MpinetError
+from mpinet.analysis.references import evaluate
+from mpinet.analysis.summary import headline_rst
+from mpinet.engine.loop import METRIC_COLUMNS
+from mpinet.engine.options import COMPUTE_OPTIONS
+from mpinet.layout import METRICS_FILE, RECORD_FILE
+from mpinet.study.experiments import COLUMNS, LAUNCH
+
+PARAMS = ["dataset", *COLUMNS]
+# A run's serial baseline: same data, every option that decides compute time, same seed.
+BASELINE_KEYS = ["dataset", *COMPUTE_OPTIONS, "seed"]
+
+
+def load_epochs(runs: list[dict]) -> pd.DataFrame:
+    """One row per run and epoch: the run's parameters, its metrics.csv and its training-set size.
+
+    runs: dicts holding every PARAMS key and `dir`, the run's output directory.
+    """
+    frames = []
+    for run in runs:
+        d = Path(run["dir"])
+        m, meta = read_run(d, int(run["epochs"]))
+        for key in PARAMS:
+            m[key] = run[key]
+        m["train_samples"] = meta["data"]["train_samples"]
+        m["features"] = meta["data"].get("features", 0)
+        m["classes"] = len(meta["data"].get("classes", []))
+        m["isolation"] = meta.get("timing", {}).get("isolation", "unknown")
+        m["cores"] = meta.get("cores", 0)
+        m["nodes"] = len(meta.get("hosts", [])) or 1  # the hosts the ranks ran on, not the ones asked for
+        m["run_dir"] = str(d)
+        frames.append(m)
+    # train_samples is an experiment key (0: all) and here the samples the run trained on
+    front = list(dict.fromkeys([*PARAMS, "run_dir", "train_samples", "features", "classes", "isolation", "nodes"]))
+    front.append("cores")
+    df = pd.concat(frames, ignore_index=True)
+    return df[front + [c for c in df.columns if c not in front]]
+
+
+ISOLATED = ("one-at-a-time", "exclusive-node")  # run.json isolation modes whose timings stand alone
+RERUN = "; remove the run's directory and run the workflow again to retrain it"
+# the metrics.csv columns a run must have: the trainer's, up to comm_s (the wait/transfer split and
+# what follows came later; runs recorded before it are read without them)
+METRICS = METRIC_COLUMNS[: METRIC_COLUMNS.index("comm_s") + 1]
+
+
+def read_run(d: Path, epochs: int) -> tuple[pd.DataFrame, dict]:
+    """A finished run's metrics.csv and run.json, checked: a run whose files are cut, empty or
+    incomplete is an error naming it, never a row of the tables."""
+    try:
+        meta = json.loads((d / RECORD_FILE).read_text())
+        train_samples = meta["data"]["train_samples"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise MpinetError(f"{d / RECORD_FILE}: unreadable or incomplete ({type(e).__name__}: {e}){RERUN}") from None
+    try:
+        m = pd.read_csv(d / METRICS_FILE)
+    except (OSError, ValueError) as e:
+        raise MpinetError(f"{d / METRICS_FILE}: unreadable ({type(e).__name__}: {e}){RERUN}") from None
+    missing = [c for c in METRICS if c not in m.columns]
+    if missing:
+        raise MpinetError(f"{d / METRICS_FILE}: column(s) {', '.join(missing)} missing{RERUN}")
+    values = m[list(METRICS)].apply(pd.to_numeric, errors="coerce")
+    if m["epoch"].tolist() != list(range(1, epochs + 1)) or values.isna().any().any():
+        raise MpinetError(
+            f"{d / METRICS_FILE}: {len(m)} complete epoch rows of {epochs} expected (cut or edited?){RERUN}"
+        )
+    if not isinstance(train_samples, int) or train_samples < 1:
+        raise MpinetError(f"{d / RECORD_FILE}: data.train_samples is {train_samples!r}{RERUN}")
+    return m, meta
+
+
+def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame:
+    """One row per run: accuracy, timings, communication share, throughput, speedup and efficiency."""
+    rows = [run_row(run_dir, g, target_accuracy) for run_dir, g in epochs.groupby("run_dir", sort=False)]
+    runs = pd.DataFrame(rows)
+    weak = runs["samples_per_rank"] > 0
+    runs["_baseline"] = baseline_key(runs)
+    serial = runs[(runs["algorithm"] == "serial") & (runs["ranks"] == 1)]
+    g = serial.groupby("_baseline")
+    base = pd.DataFrame({"serial_epoch_s": g["median_epoch_s"].mean(), "serial_isolated": g["isolated"].all()})
+    runs = runs.merge(base, left_on="_baseline", right_index=True, how="left")
+    ratio = runs["serial_epoch_s"] / runs["median_epoch_s"]
+    runs["speedup"] = ratio.where(~weak)
+    # weak scaling: epoch time of 1 rank with K samples / epoch time of P ranks with P·K samples
+    runs["weak_efficiency"] = ratio.where(weak)
+    # spread between separate launches of the same experiment (repeats): (max - min) / median
+    same = [c for c in PARAMS if c != "repeat"]
+    t = runs.groupby(same, sort=False)["median_epoch_s"]
+    runs["launch_spread"] = ((t.transform("max") - t.transform("min")) / t.transform("median")).where(
+        t.transform("size") > 1
+    )
+    # a speedup is only as good as both timings: flag it unless run and baseline ran alone
+    runs["speedup_isolated"] = runs["isolated"] & runs["serial_isolated"].fillna(False).astype(bool)
+    runs["efficiency"] = runs["speedup"] / runs["ranks"]  # per process started, the server included
+    runs["target_accuracy"] = target_accuracy
+    # 95 % intervals per experiment, over its launches and their epochs
+    runs = add_intervals(runs, timed_epochs(epochs), [c for c in PARAMS if c != "repeat"])
+    return runs.drop(columns="_baseline")
+
+
+def run_row(run_dir: str, g: pd.DataFrame, target_accuracy: float) -> dict:
+    """One run's row of runs.csv from its epochs (before the columns that compare it with others)."""
+    g = g.sort_values("epoch")
+    timed = g[g["epoch"] > 1] if len(g) > 1 else g  # epoch 1 warms caches and allocators up: left out
+    total = g["time_s"].sum()
+    busy = g["compute_s"].sum() + g["comm_s"].sum()
+    reached = g.loc[g["test_accuracy"] >= target_accuracy, "epoch"]
+    first = g.iloc[0]
+    return {
+        **{k: first[k] for k in PARAMS},
+        "run_dir": run_dir,
+        "train_samples": first["train_samples"],
+        "features": first.get("features", 0),
+        "classes": first.get("classes", 0),
+        "epochs_run": len(g),
+        "final_test_accuracy": g["test_accuracy"].iloc[-1],
+        "best_test_accuracy": g["test_accuracy"].max(),
+        "final_train_loss": g["train_loss"].iloc[-1],
+        "median_epoch_s": timed["time_s"].median(),
+        "iqr_epoch_s": timed["time_s"].quantile(0.75) - timed["time_s"].quantile(0.25),
+        "median_compute_s": timed["compute_s"].median(),
+        "median_comm_s": timed["comm_s"].median(),
+        # comm_s split: waiting for the slowest rank, and moving the bytes (NaN in runs before 0.3)
+        "median_wait_s": timed["wait_s"].median() if "wait_s" in timed else np.nan,
+        "median_wait_max_s": timed["wait_max_s"].median() if "wait_max_s" in timed else np.nan,
+        "median_transfer_s": timed["transfer_s"].median() if "transfer_s" in timed else np.nan,
+        "nodes": first.get("nodes", 1),
+        "isolated": first.get("isolation", "unknown") in ISOLATED,
+        # more ranks x threads than the hosts had cores: no speedup can be expected
+        "oversubscribed": 0 < first.get("cores", 0) < first["ranks"] * first.get("blas_threads", 1),
+        "total_train_s": total,
+        "comm_share": g["comm_s"].sum() / busy if busy > 0 else 0.0,
+        "bytes_sent": int(g["bytes_sent"].sum()),
+        "samples_per_s": first["train_samples"] * len(g) / total if total > 0 else np.nan,
+        "time_to_target_s": g["time_s"].cumsum()[g["epoch"] <= reached.iloc[0]].iloc[-1] if len(reached) else np.nan,
+    }
+
+
+def baseline_key(runs: pd.DataFrame) -> pd.Series:
+    """Which serial runs are each run's baseline: the same data, per-rank batch, model and seed, and
+    the same training set (strong scaling) or the same samples per rank (weak scaling)."""
+    samples = runs["train_samples"].where(runs["samples_per_rank"] == 0, 0)
+    keys = runs[[*BASELINE_KEYS, "samples_per_rank"]].assign(samples=samples)
+    return keys.astype(str).agg("|".join, axis=1)
+
+
+def timed_epochs(epochs: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Each run's epoch times that its statistics use (epoch 1 left out when there are more)."""
+    out = {}
+    for run_dir, g in epochs.groupby("run_dir", sort=False):
+        out[run_dir] = (g[g["epoch"] > 1] if len(g) > 1 else g)["time_s"].to_numpy()
+    return out
+
+
+CI_MEASURES = ("median_epoch_s", "speedup", "efficiency", "weak_efficiency")
+
+
+def add_intervals(runs: pd.DataFrame, timed: dict, group: list[str]) -> pd.DataFrame:
+    """<measure>_ci_low/_ci_high for CI_MEASURES and ci_launches (the launches an interval covers;
+    with 1 it covers only that launch's epochs), per group of runs: a two-level bootstrap
+    (mpinet.analysis.confidence) of the group's launches and of its baseline's, independently."""
+    from mpinet.analysis.confidence import SEED, bootstrap_medians, interval
+
+    serial = runs[(runs["algorithm"] == "serial") & (runs["ranks"] == 1)]
+    baselines = serial.groupby("_baseline")["run_dir"].agg(list).to_dict()
+    values = []
+    for _, rows in runs.groupby(group, sort=False, dropna=False):
+        mine = bootstrap_medians([timed[d] for d in rows["run_dir"]], seed=SEED + 1)
+        dirs = [d for key in rows["_baseline"].unique() for d in baselines.get(key, [])]
+        base = bootstrap_medians([timed[d] for d in dirs], seed=SEED) if dirs else np.full(len(mine), np.nan)
+        ratio = base / mine
+        weak = rows["samples_per_rank"].iloc[0] > 0
+        nan = np.full(len(mine), np.nan)
+        cis = {
+            "median_epoch_s": interval(mine),
+            "speedup": interval(nan if weak else ratio),
+            "efficiency": interval(nan if weak else ratio / rows["ranks"].iloc[0]),
+            "weak_efficiency": interval(ratio if weak else nan),
+        }
+        row = {f"{m}_ci_{end}": v for m, (lo, hi) in cis.items() for end, v in (("low", lo), ("high", hi))}
+        values += [(i, {**row, "ci_launches": len(rows)}) for i in rows.index]
+    table = pd.DataFrame([v for _, v in values], index=[i for i, _ in values])
+    return runs.join(table)
+
+
+def summarize_seeds(runs: pd.DataFrame, epochs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Mean and standard deviation over the seeds of each configuration; with the epochs, the 95 %
+    intervals of each configuration over all its seeds' launches and epochs."""
+    keys = [c for c in PARAMS if c not in LAUNCH]
+    measures = [
+        "final_test_accuracy",
+        "best_test_accuracy",
+        "median_epoch_s",
+        "comm_share",
+        "samples_per_s",
+        "speedup",
+        "efficiency",
+        "weak_efficiency",
+        "time_to_target_s",
+        "launch_spread",
+    ]
+    g = runs.groupby(keys, sort=False)[measures]
+    out = g.agg(["mean", "std"])
+    out.columns = [f"{m}_{s}" for m, s in out.columns]
+    by = runs.groupby(keys, sort=False)
+    out.insert(0, "seeds", by["seed"].nunique())
+    out.insert(1, "launches", g.size())  # seeds x repeats
+    out.insert(2, "seeds_reached_target", by["time_to_target_s"].count())
+    out = out.reset_index()
+    if epochs is None:
+        return out
+    per_experiment = [c for c in runs.columns if "_ci_" in c or c == "ci_launches"]
+    runs = runs.drop(columns=per_experiment).assign(_baseline=baseline_key(runs))
+    cis = add_intervals(runs, timed_epochs(epochs), keys)
+    columns = [c for c in cis.columns if "_ci_" in c or c == "ci_launches"]
+    return out.merge(cis.drop_duplicates(keys)[keys + columns], on=keys, how="left")
+
+
+def write_tables(
+    runs: list[dict],
+    target_accuracy: float,
+    epochs_csv,
+    runs_csv,
+    seeds_csv,
+    bench_csv=None,
+    model_csv=None,
+    front_page=None,
+    references=None,
+    references_csv=None,
+) -> None:
+    """The three tables; with the microbenchmark's CSV also the cost model's predictions (model_csv)
+    and each run's model error (runs.csv); with references, each one's check (references_csv)."""
+    epochs = load_epochs(runs)
+    per_run = summarize_runs(epochs, target_accuracy)
+    if bench_csv is not None:
+        per_run, model = add_model(per_run, pd.read_csv(bench_csv))
+        model.to_csv(model_csv, index=False)
+    epochs.to_csv(epochs_csv, index=False)
+    per_run.to_csv(runs_csv, index=False)
+    summarize_seeds(per_run, epochs).to_csv(seeds_csv, index=False)
+    checked = None
+    if references_csv is not None:
+        checked = evaluate(references or [], per_run)
+        checked.to_csv(references_csv, index=False)
+    if front_page is not None:  # (description text, study, output): the report's front page with the headline
+        description, study, out = front_page
+        Path(out).write_text(headline_rst(runs_csv, description, study, checked))
+
+
+MODEL_RANKS = range(1, 33)
+
+
+def add_model(runs: pd.DataFrame, bench: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The cost model fitted to these runs and this machine's α and β: each run's predicted epoch
+    time and error, and predictions for 1-32 ranks (and every swept count) with the measured link
+    and the interconnect presets."""
+    from mpinet.analysis.costmodel import INTERCONNECTS, Link, collectives, predict, predicted_epochs
+
+    measured = Link(float(bench["alpha_s"].iloc[0]), float(bench["beta_s_per_byte"].iloc[0]), "ping-pong here")
+    runs = runs.copy()
+    runs["model_epoch_s"] = predicted_epochs(runs, measured)
+    runs["model_error"] = runs["model_epoch_s"] / runs["median_epoch_s"] - 1
+    # the model's exchange alone against the measured transfer (the wait for a slower rank taken out)
+    exchange = runs["model_epoch_s"] - predicted_epochs(runs, Link(0.0, 0.0))
+    runs["model_transfer_error"] = (exchange / runs["median_transfer_s"] - 1).where(runs["median_transfer_s"] > 0)
+    ranks = sorted({*MODEL_RANKS, *runs["ranks"]})
+    model = predict(runs, {"measured here": measured, **INTERCONNECTS}, ranks)
+    model["collectives"] = collectives(str(bench["library"].iloc[0]) if "library" in bench else "")
+    return runs, model

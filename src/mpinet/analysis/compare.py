@@ -1,0 +1,171 @@
+"""A/B comparison of two result sets (`make compare A=results/x B=results/y`): the experiments both
+hold, B ÷ A of epoch time and speedup with a 95 % interval, and a verdict that knows the direction
+and the launch noise. Each launch (repeat) is one observation (mpinet.analysis.confidence.compare_launches),
+so the many epochs of one launch cannot fake significance."""
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from mpinet import MpinetError
+from mpinet.files import atomic_path
+from mpinet.study.experiments import COLUMNS, varying
+
+KEYS = ["dataset", *(c for c in COLUMNS if c != "repeat")]
+VERDICTS = ("faster", "slower", "no difference detected")
+
+
+def read_runs(results: str | Path) -> pd.DataFrame:
+    """runs.csv of a study's results directory (results/<study>, or the CSV itself)."""
+    path = Path(results)
+    path = path if path.suffix == ".csv" else path / "metrics" / "runs.csv"
+    try:
+        runs = pd.read_csv(path)
+    except (OSError, ValueError) as e:
+        raise MpinetError(f"{path}: cannot read it ({type(e).__name__}); expected a study's results/<study>") from None
+    missing = [k for k in [*KEYS, "median_epoch_s", "speedup"] if k not in runs]
+    if missing:
+        raise MpinetError(f"{path}: column(s) {', '.join(missing)} missing; expected runs.csv of mpinet 0.3 or later")
+    return runs
+
+
+def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """One row per experiment of A or B: launches on each side, B ÷ A of the epoch time and of the
+    speedup with their intervals, and the verdict (only in A / only in B when unmatched)."""
+    from mpinet.analysis.confidence import compare_launches
+
+    both = pd.concat([a.assign(_side="A"), b.assign(_side="B")], ignore_index=True)
+    name = _names(both)
+    rows = []
+    for key, g in both.assign(experiment=name).groupby(KEYS, sort=True, dropna=False):
+        sides = {s: part for s, part in g.groupby("_side")}
+        row = {**dict(zip(KEYS, key)), "experiment": g["experiment"].iloc[0]}
+        if len(sides) < 2:
+            rows.append({**row, "verdict": f"only in {next(iter(sides))}"})
+            continue
+        time = compare_launches(sides["A"]["median_epoch_s"].to_numpy(), sides["B"]["median_epoch_s"].to_numpy())
+        row.update(
+            launches_a=time["launches_a"],
+            launches_b=time["launches_b"],
+            time_ratio=time["ratio"],
+            time_ratio_ci_low=time["ratio_ci_low"],
+            time_ratio_ci_high=time["ratio_ci_high"],
+            verdict=_verdict(time),
+        )
+        speed_a, speed_b = sides["A"]["speedup"].dropna(), sides["B"]["speedup"].dropna()
+        if len(speed_a) and len(speed_b):
+            speed = compare_launches(speed_a.to_numpy(), speed_b.to_numpy())
+            row.update(
+                speedup_ratio=speed["ratio"],
+                speedup_ratio_ci_low=speed["ratio_ci_low"],
+                speedup_ratio_ci_high=speed["ratio_ci_high"],
+            )
+        rows.append(row)
+    columns = [*KEYS, "experiment", "launches_a", "launches_b", "time_ratio", "time_ratio_ci_low"]
+    columns += ["time_ratio_ci_high", "speedup_ratio", "speedup_ratio_ci_low", "speedup_ratio_ci_high", "verdict"]
+    return pd.DataFrame(rows).reindex(columns=columns)
+
+
+def _verdict(time: dict) -> str:
+    """Lower epoch time is better: B is faster when the whole interval of B ÷ A lies below 1."""
+    if not time["differs"]:
+        return "no difference detected"
+    return "faster" if time["ratio"] < 1 else "slower"
+
+
+def _names(runs: pd.DataFrame) -> pd.Series:
+    """'iris allreduce 2 ranks batch_size=32': the values that tell the experiments apart."""
+    columns = [c for c in varying(runs) if c in KEYS]
+    ranks = runs["ranks"].astype(str) + " rank" + (runs["ranks"] != 1).map({True: "s", False: ""})
+    base = runs["dataset"] + " " + runs["algorithm"] + " " + ranks
+    for c in columns:
+        base = base + f" {c}=" + runs[c].astype(str)
+    return base
+
+
+def text_table(table: pd.DataFrame) -> str:
+    """The console form: experiment, launches, B ÷ A of time and speedup with intervals, verdict."""
+
+    def ci(r, m):
+        if pd.isna(r.get(m)):
+            return "-"
+        if pd.isna(r.get(f"{m}_ci_low")):
+            return f"{r[m]:.3f} (1 launch: no interval)"
+        return f"{r[m]:.3f} [{r[f'{m}_ci_low']:.3f}, {r[f'{m}_ci_high']:.3f}]"
+
+    lines = []
+    for _, r in table.iterrows():
+        if str(r["verdict"]).startswith("only in"):
+            continue
+        lines.append(
+            {
+                "experiment": r["experiment"],
+                "launches A/B": f"{int(r['launches_a'])}/{int(r['launches_b'])}",
+                "epoch time B/A": ci(r, "time_ratio"),
+                "speedup B/A": ci(r, "speedup_ratio"),
+                "verdict": r["verdict"],
+            }
+        )
+    out = pd.DataFrame(lines).to_string(index=False) if lines else "no experiment is in both result sets"
+    unmatched = table[table["verdict"].astype(str).str.startswith("only in")]
+    for _, r in unmatched.iterrows():
+        out += f"\n{r['verdict']}: {r['experiment']}"
+    return out
+
+
+def figure(table: pd.DataFrame, path, title: str) -> None:
+    """B ÷ A of the epoch time per matched experiment with its interval, coloured by verdict."""
+    from matplotlib.figure import Figure
+
+    matched = table[~table["verdict"].astype(str).str.startswith("only in")].reset_index(drop=True)
+    fig = Figure(figsize=(9, 1.2 + 0.35 * max(1, len(matched))))
+    ax = fig.subplots()
+    colors = {"faster": "#2ca02c", "slower": "#d62728", "no difference detected": "#7f7f7f"}
+    for i, r in matched.iterrows():
+        lo, hi = r["time_ratio_ci_low"], r["time_ratio_ci_high"]
+        err = [[r["time_ratio"] - lo], [hi - r["time_ratio"]]] if pd.notna(lo) else None
+        ax.errorbar(r["time_ratio"], i, xerr=err, fmt="o", color=colors[r["verdict"]], capsize=3)
+    for verdict, color in colors.items():
+        ax.plot([], [], "o", color=color, label=verdict)
+    ax.axvline(1.0, ls="--", color="grey")
+    ax.set_yticks(range(len(matched)), matched["experiment"], fontsize=7)
+    ax.set_ylim(len(matched) - 0.4, -0.6)  # first experiment on top, room above and below
+    ax.set_xlabel("epoch time B / A (95 % interval, launches as the unit; < 1: B is faster)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m mpinet.analysis.compare",
+        description="Compare two result sets of the same experiments (e.g. MPICH vs Open MPI, two machines, "
+        "before and after an update): B / A of epoch time and speedup per experiment, with a verdict.",
+    )
+    p.add_argument("a", help="result set A: a study's results directory (results/<study>) or its runs.csv")
+    p.add_argument("b", help="result set B, the same")
+    p.add_argument("--out", default="results/compare", help="directory for compare.csv and compare.png")
+    args = p.parse_args(argv)
+    try:
+        table = compare(read_runs(args.a), read_runs(args.b))
+    except MpinetError as e:
+        print(f"mpinet.analysis.compare: error: {e}", file=sys.stderr)
+        return 1
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "compare.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    figure(table, out / "compare.png", f"B = {args.b} vs A = {args.a}")
+    print(text_table(table))
+    print(f"\nwritten: {out / 'compare.csv'}, {out / 'compare.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,237 @@
+"""A calibrated cost model of an epoch: compute measured per sample, communication as α + β·bytes.
+
+Compute: the seconds per training sample at each batch size, fitted from the measured 1-rank
+runs (their per-epoch compute time over their samples; per-step overhead is included, as it is
+paid per sample at a given batch size). A rank with D training ranks beside it handles n / D
+samples.
+
+Communication: one message of m bytes costs α + β·m, with α and β fitted by least squares to a
+ping-pong between two ranks (mpinet.commbench, which the workflow runs once per study where the
+training runs). Collectives are built from messages the way MPICH 5 does them:
+its default selection (src/mpi/coll/coll_selection.json) uses recursive doubling for Allreduce
+messages of at most 8 bytes or fewer elements than the largest power of two p' <= P ranks, and
+otherwise Rabenseifner's reduce-scatter + allgather: 2·log2(p')·α + 2·(p'−1)/p'·m·β; when P is not a
+power of two, P − p' ranks first hand their data to a partner and get the result back
+(2·(α + m·β) more). The parameter server's rank 0 receives P−1 gradients and sends P−1 weight
+vectors one after another in every step: 2·(P−1)·(α + m·β).
+
+Beyond one node, `INTERCONNECTS` holds α and β of common networks (typical values, see each
+`source`); predictions with them keep the compute measured here.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from mpinet import MpinetError
+from mpinet.engine.model import Net
+from mpinet.engine.options import COMPUTE_OPTIONS
+
+
+@dataclass(frozen=True)
+class Link:
+    alpha: float  # seconds per message
+    beta: float  # seconds per byte
+    source: str = ""
+
+    def message(self, nbytes: float) -> float:
+        return self.alpha + self.beta * nbytes
+
+
+INTERCONNECTS = {
+    "10 GbE (TCP)": Link(
+        30e-6,
+        1 / 1.15e9,
+        "typical MPI-over-TCP figures on 10 GbE: ~30 µs one-way latency (osu_latency), ~1.15 GB/s "
+        "of the 1.25 GB/s line rate (osu_bw)",
+    ),
+    "InfiniBand HDR": Link(
+        1.2e-6,
+        1 / 23e9,
+        "NVIDIA ConnectX-6 HDR, 200 Gb/s = 25 GB/s line rate; typical MPI results ~1.2 µs latency and "
+        "~23 GB/s bandwidth (osu_latency / osu_bw)",
+    ),
+}
+
+
+def fit_link(nbytes, seconds, source: str = "") -> Link:
+    """α and β of seconds = α + β·bytes: α from the small messages (<= 1 KiB, where the bytes cost
+    nothing measurable), β by least squares on what the large ones (>= 64 KiB) cost beyond α. A
+    plain least-squares line would let the large messages' noise decide α, often below zero."""
+    x = np.asarray(nbytes, dtype=float)
+    y = np.asarray(seconds, dtype=float)
+    small, large = x <= 1024, x >= 65536
+    alpha = float(np.median(y[small])) if small.any() else 0.0
+    if large.sum() >= 2:
+        beta = float(np.dot(x[large], y[large] - alpha) / np.dot(x[large], x[large]))
+    else:
+        beta = float(np.polyfit(x, y, 1)[0])
+    if not beta > 0:
+        # no bandwidth can be told from such a fit, and every prediction would divide by it
+        raise MpinetError(
+            f"the link fitted to {len(x)} message sizes up to {int(x.max()) if len(x) else 0} bytes has "
+            f"β = {beta:.3g} s/byte (no time per byte beyond the latency): measure with larger messages"
+        )
+    return Link(max(alpha, 0.0), beta, source)
+
+
+def fit_compute(runs: pd.DataFrame) -> dict:
+    """Seconds of compute per training sample, by COMPUTE_KEYS (the dataset and every option that
+    decides compute time), from the 1-rank runs (serial or allreduce on 1 rank): median over them."""
+    one = runs[runs["ranks"] == 1]
+    per_sample = one["median_compute_s"] / one["train_samples"]
+    return per_sample.groupby([one[k] for k in COMPUTE_KEYS]).median().to_dict()
+
+
+COMPUTE_KEYS = ["dataset", *COMPUTE_OPTIONS]
+
+
+def allreduce_seconds(ranks: int, nbytes: float, itemsize: int, link: Link) -> float:
+    """One MPI_Allreduce of nbytes over `ranks` ranks, with MPICH's algorithm for that size."""
+    if ranks < 2:
+        return 0.0
+    pof2 = 1 << (ranks.bit_length() - 1)
+    extra = 2 * link.message(nbytes) if ranks > pof2 else 0.0
+    steps = int(math.log2(pof2))
+    if nbytes <= 8 or nbytes // itemsize < pof2:  # recursive doubling
+        return steps * link.message(nbytes) + extra
+    return 2 * steps * link.alpha + 2 * (pof2 - 1) / pof2 * nbytes * link.beta + extra
+
+
+def paramserver_step_seconds(ranks: int, nbytes: float, link: Link) -> float:
+    """Rank 0's share of one step: P−1 gradients in, P−1 weight vectors out, one after another."""
+    return 2 * (ranks - 1) * link.message(nbytes)
+
+
+def epoch_seconds(
+    algorithm: str,
+    ranks: int,
+    samples: int,
+    batch_size: int,
+    per_sample_s: float,
+    n_params: int,
+    itemsize: int,
+    link: Link,
+    sync_every: int = 1,
+) -> float:
+    """Predicted seconds of one epoch (compute + communication) of one design."""
+    nbytes = n_params * itemsize
+    if ranks == 1:  # serial, or allreduce on one rank: nothing to exchange
+        return per_sample_s * samples
+    if algorithm == "allreduce":
+        steps = math.ceil(samples / (batch_size * ranks))
+        syncs = steps if sync_every == 1 else math.ceil(steps / sync_every)
+        return per_sample_s * samples / ranks + syncs * allreduce_seconds(ranks, nbytes, itemsize, link)
+    workers = ranks - 1  # paramserver: workers compute a step, then rank 0 serves them in turn
+    steps = math.ceil(samples / (batch_size * workers))
+    return steps * (per_sample_s * batch_size + paramserver_step_seconds(ranks, nbytes, link))
+
+
+def n_params(features: int, hidden: str, classes: int) -> int:
+    """Parameters of the net a run trained (hidden as '30-20')."""
+    return Net((features, *(int(h) for h in str(hidden).split("-")), classes)).n_params
+
+
+def _work(run, compute: dict) -> tuple | None:
+    """A run's (samples, batch size, seconds per sample, parameters, bytes per value) as
+    epoch_seconds takes them, or None when no 1-rank run measured its compute."""
+    per_sample = compute.get(tuple(run[k] for k in COMPUTE_KEYS))
+    if per_sample is None:
+        return None
+    size = n_params(run["features"], run["hidden"], run["classes"])
+    return run["train_samples"], run["batch_size"], per_sample, size, np.dtype(run["dtype"]).itemsize
+
+
+def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
+    """Predicted epoch time of every design at every rank count, for each configuration the runs
+    measured and each link (name -> Link): strong scaling (speedup and efficiency on the run's
+    training set) or, for samples_per_rank runs, weak scaling (the 1-rank epoch with K samples over
+    the P-rank epoch with K per training rank)."""
+    compute = fit_compute(runs)
+    rows = []
+    keys = [*COMPUTE_KEYS, "sync_every", "features", "classes", "train_samples", "samples_per_rank"]
+    weak_runs = runs["samples_per_rank"] > 0 if "samples_per_rank" in runs else pd.Series(False, index=runs.index)
+    # one strong configuration per training set; one weak one per samples_per_rank
+    configs = runs.assign(train_samples=runs["train_samples"].where(~weak_runs, 0)).drop_duplicates(
+        subset=[k for k in keys if k in runs]
+    )
+    for _, c in configs.iterrows():
+        if (work := _work(c, compute)) is None:
+            continue
+        per_rank = int(c.get("samples_per_rank", 0) or 0)
+        serial = epoch_seconds("serial", 1, *_sized(work, per_rank or work[0]), Link(0, 0))
+        for name, link in links.items():
+            for algorithm in ("allreduce", "paramserver"):
+                for p in rank_counts:
+                    if algorithm == "paramserver" and p < 2:
+                        continue
+                    samples = per_rank * (p - 1 if algorithm == "paramserver" else p) if per_rank else work[0]
+                    t = epoch_seconds(algorithm, p, *_sized(work, samples), link, c["sync_every"])
+                    rows.append(
+                        {
+                            **{k: c[k] for k in COMPUTE_KEYS},
+                            "sync_every": c["sync_every"],
+                            "scaling": "weak" if per_rank else "strong",
+                            "train_samples": samples,
+                            "samples_per_rank": per_rank,
+                            "link": name,
+                            "algorithm": algorithm,
+                            "ranks": p,
+                            "epoch_s": t,
+                            "speedup": np.nan if per_rank else serial / t,
+                            "efficiency": np.nan if per_rank else serial / t / p,
+                            "weak_efficiency": serial / t if per_rank else np.nan,
+                        }
+                    )
+    # with no 1-rank run to fit the compute to, there is nothing to predict: an empty table, with its columns
+    return pd.DataFrame(rows, columns=MODEL_COLUMNS)
+
+
+MODEL_COLUMNS = [
+    *COMPUTE_KEYS,
+    "sync_every",
+    "scaling",
+    "train_samples",
+    "samples_per_rank",
+    "link",
+    "algorithm",
+    "ranks",
+    "epoch_s",
+    "speedup",
+    "efficiency",
+    "weak_efficiency",
+]
+
+
+def _sized(work: tuple, samples: int) -> tuple:
+    """A run's work (as _work gives it) with another training-set size."""
+    return (samples, *work[1:])
+
+
+def predicted_epochs(runs: pd.DataFrame, link: Link) -> pd.Series:
+    """The model's epoch time of every measured run (NaN where no 1-rank run measured its compute)."""
+    compute = fit_compute(runs)
+    out = []
+    for _, r in runs.iterrows():
+        work = _work(r, compute)
+        out.append(np.nan if work is None else epoch_seconds(r["algorithm"], r["ranks"], *work, link, r["sync_every"]))
+    return pd.Series(out, index=runs.index, dtype=float)
+
+
+def model_error(runs: pd.DataFrame, link: Link) -> pd.Series:
+    """(predicted − measured) / measured median epoch time of every run."""
+    return predicted_epochs(runs, link) / runs["median_epoch_s"] - 1
+
+
+# --- the microbenchmark -------------------------------------------------------------------
+
+
+def collectives(library: str) -> str:
+    """Which library's collective selection the model's Allreduce follows, for a run's MPI library."""
+    from mpinet.engine.mpilib import family_of
+
+    if family_of(library) in ("mpich", "unknown"):
+        return "MPICH 5 selection"
+    return f"MPICH 5 selection; not modelled: {library} (its tuned decision rules differ)"

@@ -1,0 +1,177 @@
+"""Performance references, as ReFrame keeps them: a study states what it expects of selected
+experiments (`references:` in its config: experiment keys, one measure, a relative tolerance), and
+a measured 95 % interval that lies wholly outside the reference band is a breach. `make check
+CONFIG=…` exits non-zero on a breach, so a site can run it in its own CI after an upgrade."""
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mpinet import MpinetError
+from mpinet.study.experiments import COLUMNS
+
+MEASURES = ("speedup", "efficiency", "weak_efficiency", "median_epoch_s")
+SELECTORS = ("dataset", *(c for c in COLUMNS if c != "repeat"))
+TOLERANCE = 0.1
+COLUMNS_OUT = [
+    "reference",
+    "selects",
+    "configuration",
+    "measure",
+    "expected",
+    "tolerance",
+    "band_low",
+    "band_high",
+    "measured",
+    "ci_low",
+    "ci_high",
+    "launches",
+    "status",
+]
+
+
+def check_entries(references: list) -> None:
+    """Each entry names known experiment keys, exactly one measure and a tolerance in [0, 1)."""
+    for i, ref in enumerate(references or []):
+        where = f"references[{i}]"
+        if not isinstance(ref, dict):
+            raise MpinetError(f"{where}: expected a mapping of experiment keys, one measure and a tolerance")
+        unknown = set(ref) - {*SELECTORS, *MEASURES, "tolerance"}
+        if unknown:
+            raise MpinetError(
+                f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected experiment keys "
+                f"({', '.join(SELECTORS)}), one of {', '.join(MEASURES)} and tolerance"
+            )
+        measures = [m for m in MEASURES if m in ref]
+        if len(measures) != 1:
+            raise MpinetError(f"{where}: give exactly one of {', '.join(MEASURES)}, got {len(measures)}")
+        tolerance = ref.get("tolerance", TOLERANCE)
+        if not (isinstance(tolerance, (int, float)) and 0 <= tolerance < 1):
+            raise MpinetError(f"{where}.tolerance: expected a relative tolerance in [0, 1), got {tolerance!r}")
+
+
+def check_selects(references: list, experiments: pd.DataFrame) -> None:
+    """Before anything runs: every reference selects at least one experiment of the study's grid
+    (train_samples is left to the check after training: the grid holds 0 for all the data)."""
+    for i, ref in enumerate(references or []):
+        selects = {k: v for k, v in ref.items() if k in SELECTORS and k != "train_samples"}
+        if not _matches(experiments, selects).any():
+            text = ", ".join(f"{k}={v}" for k, v in selects.items())
+            raise MpinetError(f"references[{i}]: selects no experiment of the study ({text})")
+
+
+def evaluate(references: list, runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per reference and configuration it selects: the band, the measured median over seeds
+    and launches, the widest 95 % interval of its experiments, and the status: `ok` (the interval
+    meets the band), `breach` (wholly outside) or `no interval` (nothing measured to decide with)."""
+    check_entries(references)
+    rows = []
+    for i, ref in enumerate(references or []):
+        measure = next(m for m in MEASURES if m in ref)
+        selects = {k: v for k, v in ref.items() if k in SELECTORS}
+        chosen = runs[_matches(runs, selects)]
+        if chosen.empty:
+            text = ", ".join(f"{k}={v}" for k, v in selects.items()) or "everything"
+            raise MpinetError(f"references[{i}]: selects no experiment of the study ({text})")
+        expected, tolerance = float(ref[measure]), float(ref.get("tolerance", TOLERANCE))
+        low_band, high_band = expected * (1 - tolerance), expected * (1 + tolerance)
+        config_keys = [c for c in SELECTORS if c not in ("seed",)]
+        for _, g in chosen.groupby(config_keys, sort=True, dropna=False):
+            lo = g[f"{measure}_ci_low"].min() if f"{measure}_ci_low" in g else math.nan
+            hi = g[f"{measure}_ci_high"].max() if f"{measure}_ci_high" in g else math.nan
+            if pd.isna(lo) or pd.isna(hi):
+                status = "no interval"
+            else:
+                status = "breach" if hi < low_band or lo > high_band else "ok"
+            rows.append(
+                {
+                    "reference": i,
+                    "selects": ", ".join(f"{k}={v}" for k, v in selects.items()),
+                    "configuration": _name(g.iloc[0]),
+                    "measure": measure,
+                    "expected": expected,
+                    "tolerance": tolerance,
+                    "band_low": low_band,
+                    "band_high": high_band,
+                    "measured": g[measure].median() if measure in g else math.nan,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "launches": len(g),
+                    "status": status,
+                }
+            )
+    return pd.DataFrame(rows, columns=COLUMNS_OUT)
+
+
+def _matches(runs: pd.DataFrame, selects: dict) -> pd.Series:
+    ok = pd.Series(True, index=runs.index)
+    for key, value in selects.items():
+        if key not in runs:
+            return pd.Series(False, index=runs.index)
+        column = runs[key]
+        if key == "hidden":
+            value = "-".join(str(v) for v in value) if isinstance(value, list) else str(value)
+            ok &= column.astype(str) == value
+        elif isinstance(value, bool) or isinstance(value, str):
+            ok &= column.astype(str) == str(value)
+        else:
+            ok &= np.isclose(pd.to_numeric(column, errors="coerce"), float(value))
+    return ok
+
+
+def _name(run: pd.Series) -> str:
+    return f"{run['dataset']} {run['algorithm']} {run['ranks']} ranks batch_size={run['batch_size']}"
+
+
+def breach_lines(table: pd.DataFrame) -> list[str]:
+    """One line per breach, with its interval and band, for the console summary and the report."""
+    return [
+        f"reference {r['reference']} breached: {r['configuration']}: {r['measure']} {r['measured']:.3g} "
+        f"[{r['ci_low']:.3g}, {r['ci_high']:.3g}] outside {r['expected']:g} ± {r['tolerance']:.0%} "
+        f"[{r['band_low']:.3g}, {r['band_high']:.3g}]"
+        for _, r in table[table["status"] == "breach"].iterrows()
+    ]
+
+
+def main(argv=None) -> int:
+    """python -m mpinet.analysis.references CONFIG: check the study's references; exit 1 on a breach."""
+    import yaml
+
+    from mpinet.study.status import study_name
+
+    p = argparse.ArgumentParser(
+        prog="python -m mpinet.analysis.references",
+        description="Check a study's measured intervals against the references: in its config (make check).",
+    )
+    p.add_argument("config", help="the study's config file, e.g. config/config.yaml")
+    p.add_argument("--runs", help="its runs.csv (default: results/<study>/metrics/runs.csv)")
+    a = p.parse_args(argv)
+    try:
+        with open(a.config) as f:
+            config = yaml.safe_load(f) or {}
+        references = config.get("references") or []
+        if not references:
+            raise MpinetError(f"{a.config}: no references: to check; add a list under references:")
+        runs_csv = Path(a.runs or f"results/{study_name(config, [a.config])}/metrics/runs.csv")
+        if not runs_csv.is_file():
+            raise MpinetError(f"{runs_csv}: missing; run the study first (make run CONFIG={a.config})")
+        table = evaluate(references, pd.read_csv(runs_csv))
+    except (MpinetError, OSError, yaml.YAMLError) as e:
+        print(f"mpinet.analysis.references: error: {e}", file=sys.stderr)
+        return 2
+    shown = table[["reference", "configuration", "measure", "expected", "measured", "ci_low", "ci_high", "status"]]
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    lines = breach_lines(table)
+    for line in lines:
+        print(line, file=sys.stderr)
+    undecided = int((table["status"] == "no interval").sum())
+    print(f"\n{len(table)} checked: {len(lines)} breached, {undecided} without an interval")
+    return 1 if lines else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

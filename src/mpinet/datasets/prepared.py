@@ -1,0 +1,24 @@
+"""Finishing a prepared dataset: the arrays written in a staging directory move into place, classes and
+summary last, so a dataset directory is never seen half written (read back by mpinet.datasets.dataset)."""
+
+import os
+from pathlib import Path
+
+from mpinet.datasets.dataset import FILES, fingerprint
+from mpinet.files import staging_dir, write_json
+
+__all__ = ["staging_dir", "write"]
+
+
+def write(out_dir: str | Path, staging: Path, classes: list[str], summary: dict) -> None:
+    """Finish a dataset: move the four arrays from `staging` into out_dir, then classes and summary last.
+
+    The summary records the content fingerprint, so training need not read the arrays to know it.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(staging / "classes.json", classes)
+    summary = {**summary, "fingerprint": fingerprint(staging)}
+    for name in FILES[:5]:
+        os.replace(staging / name, out / name)
+    write_json(out / "summary.json", summary)

@@ -1,0 +1,1 @@
+"""What one run computes and writes: the network, the exchange between ranks, the epoch loop, its files."""

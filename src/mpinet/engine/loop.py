@@ -1,0 +1,304 @@
+"""The epoch loop shared by the serial, Allreduce and parameter-server designs.
+
+It writes no file: the command line (mpinet.train) hands it a checkpoint store and writes the
+run's outputs, so this module and what it imports are exactly what decides a run's numbers (the
+numerics fingerprint, mpinet.fingerprints).
+
+Sample order: in epoch e every rank draws the same random order from the seed pair
+(seed, e). Step k takes the next global batch of b * D rows (D = ranks that train) and
+rank i trains on the i-th of D equal slices of it, read from the memory-mapped array. The
+averaged update of a step is therefore exactly the gradient of the whole global batch, so
+`allreduce` on P ranks with batch b equals `serial` with batch b * P, and the parameter
+server with P workers equals `allreduce` on P ranks.
+
+`shuffle` picks what the random order permutes: `samples` (every epoch a fresh permutation
+of the rows; each rank copies its rows into a contiguous buffer) or `batches` (the rows stay
+in the order preprocessing stored them, which is already a seeded random order, and the
+order of the contiguous global batches is shuffled; a rank's slice is then a view into the
+memory map, with no copy at all).
+"""
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mpinet import MpinetError
+from mpinet.datasets import dataset
+from mpinet.engine.comm import Comm, exchange_for
+from mpinet.engine.model import Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
+from mpinet.engine.options import Options, check_options, data_ranks, train_size
+
+METRIC_COLUMNS = (
+    "epoch",
+    "train_loss",
+    "train_accuracy",
+    "test_loss",
+    "test_accuracy",
+    "time_s",
+    "compute_s",
+    "comm_s",
+    "wait_s",
+    "wait_max_s",
+    "transfer_s",
+    "transfer_max_s",
+    "eval_s",
+    "bytes_sent",
+)
+EVAL_BATCH = 1024
+
+
+@dataclass
+class Result:
+    params: np.ndarray  # float[n_params], the final weights (identical on every rank)
+    net: Net
+    metrics: list[dict] = field(default_factory=list)  # one row per epoch, METRIC_COLUMNS
+    confusion: np.ndarray | None = None  # int64[classes, classes]: rows true, columns predicted
+    resumed_from_epoch: int = 0
+
+
+def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=None) -> Result:
+    """Train on `arrays` with the design in opts.algorithm over `comm`; every rank calls this.
+
+    `store` (rank 0's mpinet.engine.checkpoint.Store, or None) resumes the run from a checkpoint of this
+    very run and is offered the weights after every epoch.
+    """
+    log = log or (lambda msg: None)
+    check_options(opts, comm.size, len(arrays.train_y), len(arrays.classes))
+    run = _Run.start(arrays, opts, comm)
+    result = Result(run.params, run.net)
+    start_epoch = 0
+    if store is not None and comm.rank == 0:
+        start_epoch, result.metrics = store.resume(opts, arrays, comm.size, run.params)
+        result.resumed_from_epoch = start_epoch
+    start_epoch = int(comm.max(float(start_epoch)))  # rank 0 alone reads the file
+    comm.bcast(run.params)  # identical weights everywhere, whatever a rank's RNG or file did
+
+    for epoch in range(start_epoch + 1, opts.epochs + 1):
+        sums, timings = run.train_epoch(epoch)
+        # evaluation on the whole test set, and the epoch's metrics reduced over the ranks
+        t0 = time.perf_counter()
+        test_sums, confusion = run.evaluate()
+        timings = (timings[0], time.perf_counter() - t0, *timings[1:])
+        comm.sum_untimed(sums)
+        row = _epoch_row(epoch, sums, test_sums, timings, comm, run.exchange.trains)
+        if not all(math.isfinite(row[c]) for c in ("train_loss", "test_loss")):
+            if store is not None and comm.rank == 0:
+                store.discard()
+            raise MpinetError(
+                f"training diverged in epoch {epoch}: loss is {row['train_loss']}; "
+                f"lower learning_rate (now {opts.learning_rate}) or use loss xent"
+            )
+        result.metrics.append(row)
+        result.confusion = confusion
+        log(_progress(row, opts.epochs))
+        # checkpoint: the store decides whether one is due
+        if store is not None and comm.rank == 0:
+            store.offer(run.params, epoch, result.metrics, last=epoch == opts.epochs)
+    if result.confusion is None:  # resumed after the last epoch: evaluate once for the matrix
+        _, result.confusion = run.evaluate()
+    return result
+
+
+@dataclass
+class _Run:
+    """One rank's share of a run: the network, its weights and gradient with their per-layer views,
+    the exchange, which rows this rank trains on, and the preallocated step buffers."""
+
+    arrays: dataset.Arrays
+    opts: Options
+    comm: Comm
+    net: Net
+    params: np.ndarray
+    grads: np.ndarray
+    layers: list
+    grad_layers: list
+    exchange: object
+    n_data: int  # ranks that train
+    my_slot: int  # this rank's slot among them
+    n: int  # rows trained on
+    subset: np.ndarray | None  # their indices into the memory map, or None for all rows
+    ws: Workspace
+    xbuf: np.ndarray
+
+    @classmethod
+    def start(cls, arrays: dataset.Arrays, opts: Options, comm: Comm) -> "_Run":
+        dt = np.dtype(opts.dtype)
+        sizes = (arrays.train_x.shape[1], *opts.hidden, len(arrays.classes))
+        net = Net(sizes, opts.loss, opts.standardize, dt, opts.faithful)
+        params = init_params(net, opts.seed)
+        grads = np.zeros_like(params)
+        exchange = exchange_for(opts.algorithm, opts.sync_every, comm, net.n_params, dt)
+        n_data = data_ranks(opts.algorithm, comm.size)
+        my_slot = comm.rank - 1 if opts.algorithm == "paramserver" else comm.rank
+        # the rows trained on: all, or a subset (indices into the memory map; nothing is copied on disk)
+        n = train_size(opts, n_data, len(arrays.train_y))
+        subset = None if n == len(arrays.train_y) else dataset.subset_rows(arrays.train_y, n, len(arrays.classes))
+        # buffers for the rows a rank can hold in one step: a batch_size beyond the data allocates no more
+        ws = Workspace(net, min(opts.batch_size, math.ceil(n / n_data)))
+        xbuf = np.empty((ws.batch, net.sizes[0]), dtype=dt)
+        views = layer_views(net, params), layer_views(net, grads)
+        return cls(arrays, opts, comm, net, params, grads, *views, exchange, n_data, my_slot, n, subset, ws, xbuf)
+
+    def train_epoch(self, epoch: int) -> tuple[np.ndarray, tuple]:
+        """One pass over the rows: this rank's (loss, correct, rows) sums, and (train seconds, seconds
+        waited for the slowest rank, comm seconds and bytes sent before the epoch)."""
+        opts, comm = self.opts, self.comm
+        global_batch = opts.batch_size * self.n_data
+        steps = math.ceil(self.n / global_batch)
+        # this epoch's order: a permutation of rows or of whole batches, the same on every rank
+        rng = np.random.default_rng([opts.seed, epoch])
+        order = rng.permutation(self.n) if opts.shuffle == "samples" else rng.permutation(steps) * global_batch
+        sums = np.zeros(3)  # training loss, correct predictions, samples: this rank's share
+        comm_before, bytes_before = comm.seconds, comm.bytes_sent
+        # per communicating step, the compute since the last exchange: the slowest rank's sets the wait
+        computed, talked = np.zeros(steps), np.zeros(steps, dtype=bool)
+        t0 = time.perf_counter()
+        left = t0
+        for k in range(steps):
+            if self.exchange.trains:
+                # the rows of step k: this rank's slot of the k-th global batch
+                batch = _global_batch(order, k, global_batch, self.n, opts.shuffle)
+                mine = _slot(batch, self.my_slot, self.n_data)
+                rows = mine if self.subset is None else self.subset[mine]
+                x, y = _rows_of(self.arrays, rows, self.xbuf, opts.shuffle, self.subset is None)
+                # forward and backward: the loss on those rows and the lr-scaled gradient, in grads
+                scale = _step_scale(opts, len(batch), len(mine))
+                sums += _gradient(self, x, y, scale)
+            # exchange: combine the ranks' updates and step (Allreduce, local SGD or the server)
+            before, arrived = comm.seconds, time.perf_counter()
+            self.exchange.step(self.params, self.grads, k, steps)
+            if comm.seconds != before:
+                computed[k], talked[k], left = arrived - left, True, time.perf_counter()
+        t_train = time.perf_counter() - t0
+        return sums, (t_train, _waited(comm, computed, talked), comm_before, bytes_before)
+
+    def evaluate(self):
+        a = self.arrays
+        return _evaluate(self.net, self.layers, a.test_x, a.test_y, self.comm, self.ws.batch)
+
+
+def _progress(row: dict, epochs: int) -> str:
+    return (
+        f"epoch {row['epoch']}/{epochs} train_loss={row['train_loss']:.4f} "
+        f"train_acc={row['train_accuracy']:.3f} test_acc={row['test_accuracy']:.3f} "
+        f"time={row['time_s']:.3f}s comm={row['comm_s']:.3f}s"
+    )
+
+
+def _step_scale(opts: Options, global_rows: int, my_rows: int) -> float:
+    """The factor on a rank's summed gradient that makes the exchange's update the right one."""
+    if opts.faithful:
+        return opts.learning_rate  # the original summed its updates over the batch and the ranks
+    if opts.sync_every == 1:
+        return opts.learning_rate / global_rows  # an average over the whole global batch once summed
+    return opts.learning_rate / max(my_rows, 1)  # local SGD: every rank steps on its own slice
+
+
+def _rows_of(arrays: dataset.Arrays, rows: np.ndarray, xbuf: np.ndarray, shuffle: str, whole: bool):
+    """Features and labels of the given training rows: copied in file order, or a zero-copy view
+    (contiguous batches of the whole set; a subset's batch is not contiguous in the file)."""
+    if shuffle == "samples" or not whole:
+        rows = np.sort(rows)  # sequential reads of the memory map
+        return _gather(arrays.train_x, rows, xbuf), np.asarray(arrays.train_y[rows])
+    return _rows(arrays.train_x, rows, xbuf), np.asarray(arrays.train_y[rows])
+
+
+def _gradient(run: _Run, x, y, scale) -> tuple[float, int, int]:
+    """(loss, correct, rows) of x, and the scaled gradient in run.grads (zero when the slot is
+    empty) or, where the exchange wants no gradient, the update applied to run.params."""
+    fused = run.exchange.updates_in_backward
+    if not len(y):
+        if not fused:
+            run.grads.fill(0)
+        return 0.0, 0, 0
+    out = forward(run.net, run.layers, x, run.ws)
+    loss, correct = loss_and_correct(run.net, out, y)
+    backward(run.net, run.layers, run.grad_layers, x, y, run.ws, scale, update=fused)
+    return loss, correct, len(y)
+
+
+def _global_batch(order: np.ndarray, k: int, size: int, n: int, shuffle: str) -> np.ndarray:
+    """Row indices of step k's global batch; `order` is this epoch's permutation of rows or of batch starts."""
+    if shuffle == "samples":
+        return order[k * size : (k + 1) * size]
+    return np.arange(order[k], min(order[k] + size, n))
+
+
+def _slot(batch: np.ndarray, slot: int, slots: int) -> np.ndarray:
+    """The slot-th of `slots` near-equal consecutive slices of batch (np.array_split's split)."""
+    q, r = divmod(len(batch), slots)
+    start = slot * q + min(slot, r)
+    return batch[start : start + q + (slot < r)]
+
+
+def _gather(x_all: np.ndarray, rows: np.ndarray, buf: np.ndarray) -> np.ndarray:
+    """Copy the given rows of a (memory-mapped) array into a contiguous buffer of the training dtype."""
+    out = buf[: len(rows)]
+    for i, r in enumerate(rows):  # row by row: 3x faster than np.take for long rows, and casts on the fly
+        out[i] = x_all[r]
+    return out
+
+
+def _rows(x_all: np.ndarray, rows: np.ndarray, buf: np.ndarray) -> np.ndarray:
+    """Consecutive rows of x_all: a view when the dtype matches (no copy), else converted into buf."""
+    view = x_all[rows[0] : rows[-1] + 1] if len(rows) else x_all[:0]
+    if view.dtype == buf.dtype:
+        return view
+    out = buf[: len(rows)]
+    out[...] = view
+    return out
+
+
+def _evaluate(net, layers, x_all, y_all, comm: Comm, batch: int):
+    """Loss sum, correct count and count over the full test set, split across all ranks; and the confusion matrix."""
+    rows = _slot(np.arange(len(y_all)), comm.rank, comm.size)
+    k = net.sizes[-1]
+    ws = Workspace(net, max(batch, min(EVAL_BATCH, len(rows))))
+    buf = np.empty((ws.batch, net.sizes[0]), dtype=net.dtype)
+    sums = np.zeros(3 + k * k)  # loss, correct, count, then the flattened confusion matrix
+    confusion = sums[3:].reshape(k, k)
+    for start in range(0, len(rows), ws.batch):
+        idx = rows[start : start + ws.batch]
+        y = np.asarray(y_all[idx])
+        out = forward(net, layers, _gather(x_all, idx, buf), ws)
+        loss, correct = loss_and_correct(net, out, y)
+        sums[:3] += (loss, correct, len(idx))
+        np.add.at(confusion, (y, np.argmax(out, axis=1)), 1)
+    comm.sum_untimed(sums)
+    return sums[:3], sums[3:].reshape(k, k).astype(np.int64)
+
+
+def _waited(comm: Comm, computed: np.ndarray, talked: np.ndarray) -> float:
+    """Seconds this rank sat in the epoch's exchanges waiting for the slowest rank to arrive, from
+    timestamps alone (no barrier): ranks leave an exchange together, so a rank that computed c
+    while the slowest computed max(c) waits max(c) - c before any byte can move."""
+    slowest = computed.copy()
+    comm.max_untimed(slowest)
+    return float((slowest - computed)[talked].sum())
+
+
+def _epoch_row(epoch, sums, test_sums, timings, comm: Comm, trains: bool):
+    t_train, t_eval, waited, comm_before, bytes_before = timings
+    comm_s = comm.seconds - comm_before
+    waited = min(waited, comm_s)  # a wait is spent inside the exchange's time
+    per_rank = np.array([(t_train - comm_s) * trains, comm_s * trains, trains, waited * trains], dtype=np.float64)
+    comm.sum_untimed(per_rank)  # means over the ranks that train
+    return {
+        "epoch": epoch,
+        "train_loss": sums[0] / sums[2],
+        "train_accuracy": sums[1] / sums[2],
+        "test_loss": test_sums[0] / test_sums[2],
+        "test_accuracy": test_sums[1] / test_sums[2],
+        "time_s": comm.max(t_train),
+        "compute_s": per_rank[0] / per_rank[2],
+        "comm_s": per_rank[1] / per_rank[2],
+        # comm_s = waiting for the slowest rank + moving the bytes; mean and max over training ranks
+        "wait_s": per_rank[3] / per_rank[2],
+        "wait_max_s": comm.max(waited * trains),
+        "transfer_s": (per_rank[1] - per_rank[3]) / per_rank[2],
+        "transfer_max_s": comm.max((comm_s - waited) * trains),
+        "eval_s": comm.max(t_eval),
+        "bytes_sent": int(comm.max(float(comm.bytes_sent - bytes_before))),
+    }

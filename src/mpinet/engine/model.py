@@ -1,0 +1,259 @@
+"""The network: input -> hidden layers -> output, sigmoid units, L2 or cross-entropy loss.
+
+All parameters live in one flat buffer and all gradients in another; the per-layer
+weight and bias arrays are views into them, so a whole gradient can be reduced by one
+MPI call without packing, and an SGD update is one subtraction.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mpinet.engine import blas
+
+LOSSES = ("l2", "xent")
+EPS = 1e-5  # variance floor of the per-sample standardization
+TRANSPOSED_FIRST_BELOW = {np.float32: 64, np.float64: 1 << 62}  # see Workspace
+# up to this batch the first layer sums W @ x.T over blocks of FIRST_BLOCK_ELEMENTS // batch inputs
+FIRST_BLOCKED_UP_TO = 40
+FIRST_BLOCK_ELEMENTS = 32768
+
+
+@dataclass
+class Net:
+    """Layer sizes and the options that change the forward pass."""
+
+    sizes: tuple[int, ...]  # (input, hidden..., output)
+    loss: str = "l2"
+    standardize: bool = True
+    dtype: np.dtype = np.dtype(np.float32)
+    # Reproduce the original Go project's numerics, bugs included, for comparison: U[0, 1) init,
+    # its two wrong standardization formulas (no Jacobian in backprop) and the raw output error
+    # propagated into the last hidden layer. (Its summed updates are the trainer's part.)
+    faithful: bool = False
+
+    @property
+    def n_params(self) -> int:
+        return sum(a * b + b for a, b in zip(self.sizes[:-1], self.sizes[1:]))
+
+
+def layer_views(net: Net, flat: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per-layer (W: [out, in], b: [out]) views into a flat buffer of n_params values.
+
+    W is stored [out, in] (as in PyTorch) because the weight-gradient GEMM d.T @ x then
+    writes whole contiguous rows; it ran 10-30 % faster than x.T @ d for the wide first layer.
+    """
+    views, offset = [], 0
+    for n_in, n_out in zip(net.sizes[:-1], net.sizes[1:]):
+        w = flat[offset : offset + n_in * n_out].reshape(n_out, n_in)
+        offset += n_in * n_out
+        views.append((w, flat[offset : offset + n_out]))
+        offset += n_out
+    return views
+
+
+def init_params(net: Net, seed: int) -> np.ndarray:
+    """Seeded zero-mean weights, uniform in +-sqrt(3/fan_in) (unit variance pre-activations); zero biases."""
+    rng = np.random.default_rng(seed)
+    if net.faithful:  # every weight and bias uniform in [0, 1), as the original
+        return rng.random(net.n_params).astype(net.dtype)
+    flat = np.zeros(net.n_params, dtype=net.dtype)
+    for w, _ in layer_views(net, flat):
+        bound = np.sqrt(3.0 / w.shape[1])
+        w[...] = rng.uniform(-bound, bound, size=w.shape)
+    return flat
+
+
+class Workspace:
+    """Activations for up to `batch` samples, allocated once so training steps make no large temporaries."""
+
+    def __init__(self, net: Net, batch: int):
+        self.batch = batch
+        dt = net.dtype
+        # a[l]: float[batch, sizes[l+1]] activations; h[l]: standardized pre-activations of hidden layer l
+        self.a = [np.empty((batch, n), dtype=dt) for n in net.sizes[1:]]
+        self.h = [np.empty((batch, n), dtype=dt) for n in net.sizes[1:-1]]
+        self.inv_std = [np.empty((batch, 1), dtype=dt) for _ in net.sizes[1:-1]]
+        self.delta = [np.empty((batch, n), dtype=dt) for n in net.sizes[1:]]
+        self.row = np.empty((batch, 1), dtype=dt)
+        # the wide first layer computed as W @ x.T into [units, batch] below these batch sizes:
+        # OpenBLAS packs the operands differently, and at batch 4 that takes 0.61 ms against 0.98 ms
+        # for x @ W.T (67500 x 30, one thread); float32 at 64 and above it is 3-10 % slower, float64
+        # is faster at every size measured (docs/performance.md). A fixed rule, not a timing at
+        # start-up: the two orders can round differently, and a run must be reproducible.
+        self.first_transposed = batch < TRANSPOSED_FIRST_BELOW.get(dt.type, 0)
+        self.first_t = np.empty((net.sizes[1], batch), dtype=dt) if self.first_transposed else None
+        # and at small batches as a sum over blocks of its inputs: OpenBLAS runs GEMMs whose inputs x
+        # samples stay within FIRST_BLOCK_ELEMENTS 1.5-1.9x faster than one over all 67500 inputs
+        # (0.38 against 0.71 ms at batch 4, 2.2 against 3.4 ms at 32, one thread, rows read from the
+        # file), and slower from batch 48 on (benchmarks/cold_rows.py). Fixed by batch size too.
+        block = FIRST_BLOCK_ELEMENTS // batch if self.first_transposed and batch <= FIRST_BLOCKED_UP_TO else 0
+        self.first_block = block if block < net.sizes[0] else 0
+        self.first_part = np.empty_like(self.first_t) if self.first_block else None
+
+
+def _first_layer(w: np.ndarray, x: np.ndarray, z: np.ndarray, ws: Workspace) -> None:
+    """z = x @ w.T, in the order (and the blocks) the workspace chose."""
+    if not ws.first_transposed:
+        np.matmul(x, w.T, out=z)
+        return
+    zt = ws.first_t[:, : len(x)]
+    if ws.first_block:
+        blocked_matmul(w, x, zt, ws.first_part[:, : len(x)], ws.first_block)
+    else:
+        np.matmul(w, x.T, out=zt)
+    z[...] = zt.T
+
+
+def blocked_matmul(w: np.ndarray, x: np.ndarray, out: np.ndarray, part: np.ndarray, k: int) -> None:
+    """out = w @ x.T summed over blocks of k inputs (part: scratch shaped like out)."""
+    np.matmul(w[:, :k], x[:, :k].T, out=out)
+    for start in range(k, w.shape[1], k):
+        np.matmul(w[:, start : start + k], x[:, start : start + k].T, out=part)
+        out += part
+
+
+def forward(net: Net, layers, x: np.ndarray, ws: Workspace) -> np.ndarray:
+    """Run x: float[n, input] (n <= ws.batch) through the net; returns the output activations, a view in ws."""
+    n = len(x)
+    a_prev = x
+    last = len(layers) - 1
+    for i, (w, b) in enumerate(layers):
+        z = ws.a[i][:n]
+        if i == 0:
+            _first_layer(w, a_prev, z, ws)
+        else:
+            np.matmul(a_prev, w.T, out=z)
+        z += b
+        if i < last:
+            if net.standardize:
+                h = ws.h[i][:n]
+                if net.faithful:
+                    _standardize_original(z, h, ws.inv_std[i][:n], first=i == 0)
+                else:
+                    _standardize(z, h, ws.inv_std[i][:n])
+                z[...] = h
+            _sigmoid(z)
+        elif net.loss == "xent":
+            _softmax(z, ws.row[:n])
+        else:
+            _sigmoid(z)
+        a_prev = z
+    return a_prev
+
+
+def loss_and_correct(net: Net, out: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    """Summed loss over the batch and the number of correct argmax predictions; y: int[n]."""
+    n = len(y)
+    picked = out[np.arange(n), y]
+    if net.loss == "xent":
+        loss = -float(np.log(np.maximum(picked, np.finfo(out.dtype).tiny)).sum(dtype=np.float64))
+    else:  # 0.5 * ||out - onehot||^2 = 0.5 * (sum out^2 - 2 out[y] + 1)
+        loss = 0.5 * (float(np.square(out).sum(dtype=np.float64)) - 2.0 * float(picked.sum(dtype=np.float64)) + n)
+    return loss, int(np.count_nonzero(np.argmax(out, axis=1) == y))
+
+
+def backward(net: Net, layers, grads, x: np.ndarray, y: np.ndarray, ws: Workspace, scale: float, update=False) -> None:
+    """Write scale * d(summed loss)/d(params) into the gradient views `grads`, after forward(x);
+    with update=True subtract it from the weights `layers` instead (the serial SGD step).
+
+    Training passes scale = learning_rate / global_batch, so the gradient buffer already
+    holds the averaged, lr-scaled step and the update is one subtraction. The update folds it into
+    the weight-gradient GEMM (mpinet.engine.blas): the gradient is never written, two passes over the
+    weights fewer. Each layer's error is propagated through its weights before they change.
+    """
+    n = len(x)
+    last = len(layers) - 1
+    out = ws.a[last][:n]
+    d = ws.delta[last][:n]
+    d[...] = out
+    d[np.arange(n), y] -= 1
+    s = net.dtype.type(scale)  # a numpy scalar of our dtype: no promotion to float64
+    raw_error = d * s if net.faithful else None
+    if net.loss == "l2":  # d/dz 0.5 ||sigmoid(z) - t||^2 = (a - t) a (1 - a)
+        _mul_sigmoid_prime(d, out)
+    d *= s
+    for i in range(last, -1, -1):
+        d = ws.delta[i][:n]
+        a_in = x if i == 0 else ws.a[i - 1][:n]
+        if i > 0:
+            d_prev = ws.delta[i - 1][:n]
+            # the original propagated the raw output error, without the output sigmoid's derivative
+            np.matmul(raw_error if net.faithful and i == last else d, layers[i][0], out=d_prev)
+            _mul_sigmoid_prime(d_prev, ws.a[i - 1][:n])
+            if net.standardize and not net.faithful:  # the original ignored the standardization's Jacobian
+                _standardize_backward(d_prev, ws.h[i - 1][:n], ws.inv_std[i - 1][:n], ws.row[:n])
+        _layer_gradient(layers[i], grads[i], d, a_in, update)
+
+
+def _layer_gradient(layer, grad, d: np.ndarray, a_in: np.ndarray, update: bool) -> None:
+    """grad = (d.T @ a_in, sum d), or with update the layer's weights minus it."""
+    (w, b), (gw, gb) = layer, grad
+    np.sum(d, axis=0, out=gb)
+    if not update:
+        np.matmul(d.T, a_in, out=gw)
+        return
+    if not blas.subtract_product(w, d, a_in):
+        np.matmul(d.T, a_in, out=gw)
+        w -= gw
+    b -= gb
+
+
+# --- elementwise helpers, all in place and dtype-preserving ---------------------------
+
+
+def _sigmoid(z: np.ndarray) -> None:
+    with np.errstate(over="ignore"):  # exp overflow gives inf, and 1 / (1 + inf) = 0 is right
+        np.negative(z, out=z)
+        np.exp(z, out=z)
+    z += 1
+    np.reciprocal(z, out=z)
+
+
+def _softmax(z: np.ndarray, row: np.ndarray) -> None:
+    np.max(z, axis=1, keepdims=True, out=row)
+    z -= row
+    np.exp(z, out=z)
+    np.sum(z, axis=1, keepdims=True, out=row)
+    z /= row
+
+
+def _mul_sigmoid_prime(d: np.ndarray, a: np.ndarray) -> None:
+    """d *= a * (1 - a), with a the sigmoid output."""
+    d *= a
+    d -= d * a
+
+
+def _standardize(z: np.ndarray, h: np.ndarray, inv_std: np.ndarray) -> None:
+    """h = (z - mean) / sqrt(var + EPS) over the neurons of each sample (a LayerNorm without gain)."""
+    np.mean(z, axis=1, keepdims=True, out=inv_std)
+    np.subtract(z, inv_std, out=h)
+    np.mean(np.square(h), axis=1, keepdims=True, out=inv_std)
+    inv_std += z.dtype.type(EPS)
+    np.sqrt(inv_std, out=inv_std)
+    np.reciprocal(inv_std, out=inv_std)
+    h *= inv_std
+
+
+def _standardize_original(z: np.ndarray, h: np.ndarray, inv_std: np.ndarray, first: bool) -> None:
+    """The original's formulas: std = sqrt(sum (v - m)^2) / n in the first hidden layer (sqrt(n) times
+    too small) and sqrt(sum 2^(v - m)) / n after it (a typo for (v - m)^2); no variance floor."""
+    n_units = z.shape[1]
+    np.mean(z, axis=1, keepdims=True, out=inv_std)
+    np.subtract(z, inv_std, out=h)
+    spread = np.square(h) if first else np.exp2(h)
+    np.sum(spread, axis=1, keepdims=True, out=inv_std)
+    np.sqrt(inv_std, out=inv_std)
+    inv_std /= z.dtype.type(n_units)
+    np.reciprocal(inv_std, out=inv_std)
+    h *= inv_std
+
+
+def _standardize_backward(d: np.ndarray, h: np.ndarray, inv_std: np.ndarray, row: np.ndarray) -> None:
+    """Turn dL/dh into dL/dz in place: dz = inv_std * (dh - mean(dh) - h * mean(dh * h))."""
+    np.mean(d * h, axis=1, keepdims=True, out=row)
+    dh_h = h * row
+    np.mean(d, axis=1, keepdims=True, out=row)
+    d -= row
+    d -= dh_h
+    d *= inv_std

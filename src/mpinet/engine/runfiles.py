@@ -1,0 +1,122 @@
+"""A finished run's files: metrics.csv, confusion.csv, weights.npz and run.json with its provenance
+(what ran where, with which libraries and settings). Nothing here changes a number."""
+
+import csv
+import os
+import platform
+import socket
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from mpinet import __version__
+from mpinet.datasets import dataset
+from mpinet.engine import blas
+from mpinet.engine.comm import Comm, mpi_library_version
+from mpinet.engine.loop import METRIC_COLUMNS, Result
+from mpinet.engine.options import Options, data_ranks, train_size
+from mpinet.files import atomic_path, write_json
+from mpinet.fingerprints import NUMERICS
+from mpinet.layout import CONFUSION_FILE, METRICS_FILE, RECORD_FILE, WEIGHTS_FILE
+
+# Settings that change timings without changing a number: BLAS kernels, and MPICH's network module
+# and transport (a run across nodes over TCP and one over InfiniBand are different measurements)
+RECORDED_ENVIRONMENT = (
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "MPIR_CVAR_CH4_NETMOD",
+    "FI_PROVIDER",
+    "FI_TCP_IFACE",
+    "UCX_TLS",
+    "UCX_NET_DEVICES",
+)
+SLURM_VARIABLES = (
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_STEP_NUM_NODES",
+    "SLURM_STEP_NODELIST",
+    "SLURM_MPI_TYPE",
+    "SLURM_CLUSTER_NAME",
+)
+
+
+def write_outputs(out: Path, result: Result, opts: Options, arrays: dataset.Arrays, meta: dict) -> None:
+    """metrics.csv, confusion.csv, weights.npz and run.json (last), each written atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / METRICS_FILE) as tmp, open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+        w.writeheader()
+        w.writerows(result.metrics)
+    with atomic_path(out / CONFUSION_FILE) as tmp, open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["true\\predicted", *arrays.classes])
+        for name, row in zip(arrays.classes, result.confusion):
+            w.writerow([name, *row.tolist()])
+    with atomic_path(out / WEIGHTS_FILE, suffix=".npz") as tmp:
+        np.savez(tmp, params=result.params, sizes=np.array(result.net.sizes))
+    write_json(out / RECORD_FILE, {"options": asdict(opts), **meta})
+
+
+def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays, launcher: str | None = None) -> dict:
+    """Provenance for run.json; called on every rank (host names are gathered). `launcher` is the
+    line that started the ranks, as the workflow passed it."""
+    from threadpoolctl import threadpool_info
+
+    hosts = comm.gather_strings(f"{socket.gethostname()} {os.cpu_count() or 1}")
+    # each rank's CPUs as the OS lets it run (a task plugin's binding shows here): a 2-thread rank
+    # bound to one CPU runs its BLAS threads on one core
+    affinity = comm.gather_strings(",".join(map(str, sorted(os.sched_getaffinity(0)))))
+    cores = dict(h.rsplit(" ", 1) for h in hosts)  # host -> its CPUs
+    meta = {
+        "ranks": comm.size,
+        "data_ranks": data_ranks(opts.algorithm, comm.size),
+        "hosts": sorted(cores),  # each rank's own host name: where the ranks really ran
+        "nodes": len(cores),
+        "cores": sum(int(n) for n in cores.values()),  # on all the hosts the ranks ran on
+        "data": {
+            "path": str(data_dir),
+            # the samples trained on (a subset when train_samples or samples_per_rank asks), of all
+            "train_samples": train_size(opts, data_ranks(opts.algorithm, comm.size), len(arrays.train_y)),
+            "available_train_samples": len(arrays.train_y),
+            "test_samples": len(arrays.test_y),
+            "features": int(arrays.train_x.shape[1]),
+            "classes": arrays.classes,
+        },
+        "mpinet": __version__,
+        "numerics": NUMERICS.value(),  # what decides the numbers (mpinet.fingerprints)
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "blas": [
+            {k: i.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
+            for i in threadpool_info()
+            if i.get("user_api") == "blas"
+        ],
+        "blas_threads": opts.blas_threads,
+        # the step's update folded into the gradient GEMM (mpinet.engine.blas): serial and local SGD's own
+        # steps, where numpy's BLAS allows it; False means matmul, then subtract (slower, same numbers)
+        "fused_update": bool(_steps_in_backward(opts, comm) and blas.fused_available(opts.dtype)),
+        "affinity": [[int(c) for c in a.split(",") if c] for a in affinity],  # by rank
+        "environment": {k: os.environ[k] for k in RECORDED_ENVIRONMENT if k in os.environ},
+        # set by srun in every task it starts: shows the ranks came from SLURM, and how many
+        "slurm": {k: os.environ[k] for k in SLURM_VARIABLES if k in os.environ},
+    }
+    if comm.mpi is not None:
+        import mpi4py
+
+        from mpinet.engine.mpilib import family_of
+
+        version = mpi_library_version()
+        meta["mpi"] = {
+            "library": version,
+            "family": family_of(version),
+            "mpi4py": mpi4py.__version__,
+            "launcher": launcher,
+        }
+    return meta
+
+
+def _steps_in_backward(opts: Options, comm: Comm) -> bool:
+    """Whether this design's exchange leaves the update to backward (mpinet.engine.comm's exchanges)."""
+    return comm.mpi is None or (opts.algorithm != "paramserver" and opts.sync_every > 1)

@@ -1,0 +1,77 @@
+"""How ranks are started, for the MPI library mpi4py actually loads: MPICH (and its derivatives),
+Open MPI or Intel MPI, detected rather than configured.
+
+The launchers differ in syntax and defaults: MPICH's Hydra takes `-bind-to core` and oversubscribes
+cores silently; Open MPI's `mpiexec` reads `-bind-to` as a program name, refuses more ranks than
+cores without `--oversubscribe` and refuses root without `--allow-run-as-root`; Intel MPI pins ranks
+itself (I_MPI_PIN). Under SLURM, `srun` starts the ranks and needs the PMI the library speaks:
+PMI-2 for the PyPI mpich and Intel wheels, PMIx for Open MPI.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from functools import cache
+
+from mpinet import MpinetError
+from mpinet.engine.mpilib import Library, family_of, library
+
+__all__ = ["Library", "family_of", "library"]  # which library: mpinet.engine.mpilib
+
+
+@cache
+def mpiexec_family(mpiexec: str = "mpiexec") -> tuple[str, str]:
+    """(path, family) of the mpiexec the shell would run."""
+    path = shutil.which(mpiexec)
+    if path is None:
+        raise MpinetError(f"no `{mpiexec}` on PATH; put the MPI library's bin directory on PATH")
+    p = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    return path, family_of(p.stdout + p.stderr)
+
+
+def mpiexec_command(lib: Library, ranks: int, cores: int, bind: bool, root: bool) -> str:
+    """The local launcher line before `-n <ranks>`: binding each rank to a core when asked and when
+    the ranks fit the cores, oversubscribing otherwise (the default study runs 3 ranks on 2 cores)."""
+    over = ranks > cores
+    if lib.family == "openmpi":
+        parts = ["mpiexec"]
+        if root:
+            parts.append("--allow-run-as-root")  # Open MPI refuses root without it (containers, CI)
+        parts += ["--oversubscribe", "--bind-to", "none"] if over else ["--bind-to", "core" if bind else "none"]
+        return " ".join(parts)
+    if lib.family == "intel":
+        # Intel MPI pins ranks itself; pinning several ranks to one core would serialise them
+        return "env I_MPI_PIN=0 mpiexec" if over or not bind else "mpiexec"
+    if lib.family == "mpich":
+        return "mpiexec -bind-to core" if bind and not over else "mpiexec"
+    return "mpiexec"
+
+
+def srun_command(lib: Library, cpus_per_rank: int = 1) -> str:
+    """The SLURM launcher line: the PMI the library speaks, the whole step ended when a rank dies,
+    and each rank's CPUs named (since SLURM 22.05 srun no longer inherits the job's
+    --cpus-per-task, so where tasks are bound a 2-thread rank would get one CPU)."""
+    pmi = "pmix" if lib.family == "openmpi" else "pmi2"
+    return f"srun --mpi={pmi} --kill-on-bad-exit=1 --cpus-per-task={cpus_per_rank}"
+
+
+def check_mpiexec(lib: Library, mpiexec: str = "mpiexec") -> None:
+    """MpinetError when the mpiexec on PATH belongs to another MPI than the one mpi4py loads: its
+    ranks would each start as an independent 1-rank job."""
+    path, family = mpiexec_family(mpiexec)
+    if "unknown" not in (family, lib.family) and family != lib.family:
+        raise MpinetError(
+            f"{path} is {family}'s launcher but mpi4py loads {lib.version} ({lib.family}); put the "
+            f"matching mpiexec first on PATH (e.g. {os.path.dirname(sys.executable)}) or rebuild mpi4py "
+            "against this MPI: pip install --no-binary mpi4py mpi4py"
+        )
+
+
+def mpiexec_argv(ranks: int, bind: bool = False) -> list[str]:
+    """The local launcher for `ranks` ranks as an argument list, for this Python's MPI library, with
+    the mpiexec installed beside this Python when there is one (a wheel's), else the one on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    exe = beside if os.path.exists(beside) else "mpiexec"
+    line = mpiexec_command(library(sys.executable), ranks, os.cpu_count() or 1, bind, os.geteuid() == 0)
+    return [exe if part == "mpiexec" else part for part in line.split()] + ["-n", str(ranks)]

@@ -1,0 +1,204 @@
+"""The experiment grid: config sweeps crossed into one row per training run."""
+
+import itertools
+from dataclasses import fields
+
+import pandas as pd
+
+from mpinet import MpinetError
+from mpinet.engine.options import Impossible, Options, check_options, option_flag
+
+# Grid columns in path order: the training options in their definition order, ranks after algorithm,
+# and last the launch: `repeats: N` in a sweep trains each experiment N times as separate launches
+# (identical numbers, independent timings), repeat 1..N.
+OPTIONS = tuple(f.name for f in fields(Options))
+COLUMNS = (OPTIONS[0], "ranks", *OPTIONS[1:], "repeat")
+DEFAULTS = {
+    "ranks": 1,
+    **{f.name: list(f.default) if isinstance(f.default, tuple) else f.default for f in fields(Options)},
+    "repeat": 1,
+}
+# Where a run's ranks go (SLURM's --nodes; None: SLURM decides): a property of the launch that
+# changes timings but never the numbers, so it is a column of the table but not of the run's path.
+PLACEMENT = ("nodes",)
+# What a sweep may say: the dataset, every column but `repeat` (a sweep gives the count, `repeats`),
+# and the placement.
+SWEEP_KEYS = ("dataset", *(c for c in COLUMNS if c != "repeat"), "repeats", *PLACEMENT)
+# Columns that describe a launch of an experiment rather than the experiment itself.
+LAUNCH = ("seed", "repeat")
+# Columns besides design, ranks and launch: when a study varies some, each value set is a variant.
+VARIANT_COLUMNS = tuple(c for c in COLUMNS if c not in ("algorithm", "ranks", *LAUNCH))
+
+
+def varying(table: pd.DataFrame) -> list[str]:
+    """The variant columns a table of experiments or runs holds more than one value of (a weak-scaling
+    run's training-set size follows its ranks: it makes no variant of its own)."""
+    return [c for c in VARIANT_COLUMNS if c in table and variant_values(table, c).nunique() > 1]
+
+
+def variant_values(table: pd.DataFrame, column: str) -> pd.Series:
+    """A variant column's values, NaN where they do not tell variants apart (train_samples of weak-scaling runs)."""
+    if column == "train_samples" and "samples_per_rank" in table:
+        return table[column].where(table["samples_per_rank"] == 0)
+    return table[column]
+
+
+def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
+    """Cross every sweep's list values into rows; drop impossible combinations; one row per experiment.
+
+    `hidden` is one architecture when it is a list of sizes and a sweep when it is a list of lists.
+    """
+    rows = []
+    for i, sweep in enumerate(sweeps):
+        where = f"experiments[{i}]"
+        unknown = set(sweep) - set(SWEEP_KEYS)
+        if unknown:
+            raise MpinetError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected {', '.join(SWEEP_KEYS)}")
+        names = sweep.get("dataset")
+        for name in names if isinstance(names, list) else [names]:
+            if name not in datasets:
+                raise MpinetError(f"{where}.dataset: '{name}' is not defined under datasets ({', '.join(datasets)})")
+        values = {k: _as_list(k, sweep.get(k, DEFAULTS.get(k))) for k in ("dataset", *COLUMNS)}
+        values["repeat"] = list(range(1, int(sweep.get("repeats", 1)) + 1))
+        nodes = sweep.get("nodes")
+        before = len(rows)
+        for combo in itertools.product(*values.values()):
+            row = dict(zip(values, combo))
+            if _possible(row, where):
+                # a node holds at least one rank: a sweep's 1-rank baseline with `nodes: 4` runs on one
+                rows.append({**row, "nodes": None if nodes is None or row["ranks"] == 1 else min(nodes, row["ranks"])})
+        if len(rows) == before:
+            raise MpinetError(
+                f"{where}: no runnable combination (serial runs on 1 rank, paramserver needs at least 2 "
+                "ranks, sync_every > 1 needs allreduce, faithful needs loss l2 and sync_every 1, train_samples and "
+                "samples_per_rank exclude each other)"
+            )
+    if not rows:
+        raise MpinetError("experiments: the list is empty; add at least one sweep")
+    df = pd.DataFrame(rows, columns=["dataset", *COLUMNS, *PLACEMENT]).drop_duplicates(ignore_index=True)
+    df["nodes"] = df["nodes"].astype("Int64")
+    df["hidden"] = df["hidden"].map(lambda h: "-".join(str(n) for n in h))
+    _check_one_placement(df)
+    return df
+
+
+def _check_one_placement(df: pd.DataFrame) -> None:
+    """Two placements of one experiment would share its run directory (placement is not in the path)."""
+    key = ["dataset", *COLUMNS]
+    clash = df[df.duplicated(key, keep=False)]
+    if not clash.empty:
+        row = clash.iloc[0]
+        same = clash[(clash[key] == row[key]).all(axis=1)]
+        placements = " and ".join(sorted(str(n) if pd.notna(n) else "null" for n in same["nodes"]))
+        raise MpinetError(
+            f"experiments: {row['dataset']} {row['algorithm']} on {row['ranks']} ranks (seed {row['seed']}) is "
+            f"listed with nodes {placements}; placement does not change the numbers and is not part of the "
+            "run's path, so both would share one run directory: give the experiment one nodes value"
+        )
+
+
+def check_sizes(experiments: pd.DataFrame, prepared_size) -> None:
+    """Every experiment's training set against its data's size, for the datasets prepared_size(name)
+    knows ((training samples, classes), or None): a subset larger than the data, or too small for
+    its classes or training ranks, is an error naming the key and the data's size."""
+    for name, rows in experiments.groupby("dataset", sort=True):
+        if (size := prepared_size(name)) is None:
+            continue
+        for row in rows.to_dict("records"):
+            try:
+                check_options(_options(row), row["ranks"], *size)
+            except MpinetError as e:
+                ranks = f"{row['ranks']} rank{'s' if row['ranks'] != 1 else ''}"
+                where = f"dataset {name}, {row['algorithm']} on {ranks}"
+                raise MpinetError(f"experiments: {where}: {e}") from None
+
+
+def grid_paths(experiments: pd.DataFrame) -> list[str]:
+    """<dataset>/<grid path> of every experiment of a table, in table order: where its run lives
+    under the runs root (Snakemake's Paramspace spells the path, as the workflow's wildcards do)."""
+    from snakemake.utils import Paramspace
+
+    space = Paramspace(experiments[list(COLUMNS)])
+    return [f"{d}/{p}" for d, p in zip(experiments["dataset"], space.instance_patterns)]
+
+
+def train_arguments(row: dict) -> str:
+    """The `python -m mpinet.train` options for one experiment row (hidden as '30-20')."""
+    args = []
+    for key in COLUMNS:
+        value = row[key]
+        if key == "repeat":
+            continue  # a launch of the same experiment: the trainer never sees it
+        if key == "ranks":
+            args.append(f"--expect-ranks {value}")
+            continue
+        if key == "hidden":
+            value = " ".join(str(value).split("-"))
+        elif isinstance(DEFAULTS[key], bool):
+            value = str(bool(value)).lower()
+        args.append(f"{option_flag(key)} {value}")
+    return " ".join(args)
+
+
+def launch_order(experiments: pd.DataFrame) -> list[int]:
+    """Each experiment's position in the order timed runs should be launched in: whole rounds of
+    repeats, and within a round the designs and rank counts of one configuration side by side, so
+    a slow drift of the machine falls on every design alike instead of on the last one."""
+    keys = ["repeat", "seed", "dataset", *VARIANT_COLUMNS]
+    order = experiments.sort_values([*keys, "algorithm", "ranks"], kind="stable").index
+    position = pd.Series(range(len(order)), index=order)
+    return position.reindex(experiments.index).tolist()
+
+
+def _as_list(key, value) -> list:
+    if key == "hidden":
+        if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+            return [tuple(v) for v in value]
+        return [tuple(value) if isinstance(value, list) else (value,)]
+    return value if isinstance(value, list) else [value]
+
+
+def _options(row: dict) -> Options:
+    """A grid row's training options (hidden as a tuple of sizes or as '30-20')."""
+    hidden = row["hidden"]
+    hidden = tuple(int(h) for h in hidden.split("-")) if isinstance(hidden, str) else tuple(hidden)
+    return Options(**{k: hidden if k == "hidden" else row[k] for k in OPTIONS})
+
+
+def _possible(row: dict, where: str) -> bool:
+    """Whether the trainer accepts this combination; the trainer's own option check decides, so the
+    grid and the engine cannot disagree. Values that are wrong on their own are an error naming
+    the key (the schema refuses most of them first); combinations that cannot go together
+    (serial on 2 ranks, paramserver on 1, ...) are dropped from the sweep."""
+    try:
+        check_options(_options(row), row["ranks"], n_train=None)
+    except Impossible:
+        return False
+    except MpinetError as e:
+        raise MpinetError(f"{where}.{e}") from None
+    return True
+
+
+def config_error(config: dict, schema_path) -> str | None:
+    """The most relevant schema violation of config as one line naming the key, or None if valid."""
+    import jsonschema
+    import yaml
+
+    for name, entry in (config.get("datasets") or {}).items():
+        if isinstance(entry, dict) and "standardize" in entry:
+            return (
+                f"config: datasets.{name}.standardize was renamed standardize_inputs (per-channel input "
+                "scaling); `standardize` is an experiment key only (hidden-layer standardization)"
+            )
+    with open(schema_path) as f:
+        schema = yaml.safe_load(f)
+    # JSON Schema counts 4.0 as an integer; a float where a count is expected is a config error here
+    strict = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda checker, v: isinstance(v, int) and not isinstance(v, bool)
+    )
+    validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=strict)
+    error = jsonschema.exceptions.best_match(validator(schema).iter_errors(config))
+    if error is None:
+        return None
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    return f"config: {where or 'top level'}: {error.message}"
