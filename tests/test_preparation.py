@@ -163,3 +163,27 @@ def test_the_data_commands_explain_themselves_and_fail_in_one_line_leaving_nothi
         assert p.returncode == code and len(lines) == 1, (args, p.stderr)
         assert lines[0].startswith("mpinet.datacli: error: ") and message in lines[0], lines
         assert not out.exists()
+
+
+SYNTHESIS_REFERENCE = Path(__file__).with_name("synthesis_reference.json")
+
+
+def test_the_synthetic_archive_changes_only_with_its_fingerprint(tmp_path):
+    from mpinet.datasets.synthetic import make_archive
+    from mpinet.fingerprints import SYNTHESIS
+
+    archive = make_archive(tmp_path / "intel.zip", 3, 2, 2, 16, seed=5)
+    again = make_archive(tmp_path / "again.zip", 3, 2, 2, 16, seed=5)
+    assert archive.read_bytes() == again.read_bytes()  # the same settings, the same bytes
+    now = {"synthesis": SYNTHESIS.value(), "archive": hashlib.sha256(archive.read_bytes()).hexdigest()}
+    if os.environ.get("MPINET_RECORD_PREPARATION"):
+        SYNTHESIS_REFERENCE.write_text(json.dumps(now, indent=1) + "\n")
+    recorded = json.loads(SYNTHESIS_REFERENCE.read_text())
+    assert now["archive"] == recorded["archive"] or now["synthesis"] != recorded["synthesis"], (
+        "the synthetic archive changed but its fingerprint did not: bump SYNTHESIS' version, then record "
+        "with MPINET_RECORD_PREPARATION=1 pytest tests/test_preparation.py"
+    )
+    assert now["synthesis"] == recorded["synthesis"], (
+        f"the synthesis fingerprint changed: map {SYNTHESIS.code_hash()!r}: {recorded['synthesis']!r} in its `same`"
+        " if the archive is the same"
+    )

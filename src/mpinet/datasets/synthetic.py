@@ -63,16 +63,16 @@ def make_archive(
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
         z.writestr(
-            SYNTHETIC_MARKER,
+            _entry(SYNTHETIC_MARKER),
             "Synthetic images drawn by mpinet.datasets.synthetic in the layout of Kaggle's "
             "puneet6060/intel-image-classification archive. Not real photographs.\n",
         )
         for split, per_class in (("seg_train", train_per_class), ("seg_test", test_per_class)):
             for c, name in enumerate(INTEL_CLASSES):
                 for i in range(per_class):
-                    z.writestr(f"{split}/{split}/{name}/{i:05d}.jpg", _jpeg(draw(c, size, rng)))
+                    z.writestr(_entry(f"{split}/{split}/{name}/{i:05d}.jpg"), _jpeg(draw(c, size, rng)))
         for i in range(pred_count):
-            z.writestr(f"seg_pred/seg_pred/{i:05d}.jpg", _jpeg(draw(int(rng.integers(6)), size, rng)))
+            z.writestr(_entry(f"seg_pred/seg_pred/{i:05d}.jpg"), _jpeg(draw(int(rng.integers(6)), size, rng)))
     return path
 
 
@@ -80,3 +80,8 @@ def _jpeg(pixels: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
     return buf.getvalue()
+
+
+def _entry(name: str) -> zipfile.ZipInfo:
+    """An archive member with a fixed time stamp, so the same settings give the same archive bytes."""
+    return zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))
