@@ -7,10 +7,9 @@ from conftest import run_train, write_dataset
 from PIL import Image
 
 from mpinet.analysis.aggregate import write_tables
+from mpinet.analysis.figures import FIGURES, NAMES
 from mpinet.analysis.plots import plot_dataset
 from mpinet.study.experiments import DEFAULTS
-
-FIGURES = ["curves", "data_size", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +38,7 @@ def small_run(tmp_path_factory):
     m = tmp / "metrics"
     m.mkdir()
     write_tables(runs, 0.8, m / "epochs.csv", m / "runs.csv", m / "seeds.csv")
-    out = {f: tmp / "plots" / f"{f}.png" for f in FIGURES}
+    out = {f: tmp / "plots" / f"{f}.png" for f in NAMES}
     confusions = [r["dir"] / "confusion.csv" for r in runs]
     texts = plot_dataset("small", m / "epochs.csv", m / "runs.csv", data / "summary.json", confusions, out, target=0.8)
     return out, texts, m
@@ -47,7 +46,8 @@ def small_run(tmp_path_factory):
 
 @pytest.mark.mpi  # small_run trains under mpiexec
 def test_every_figure_is_a_real_non_blank_png(small_run):
-    out, _, _ = small_run
+    out, texts, _ = small_run
+    assert set(texts) == set(NAMES)  # every figure of the table, drawn
     for name, path in out.items():
         with Image.open(path) as img:
             assert img.format == "PNG" and img.width > 400 and img.height > 300, name
@@ -136,3 +136,11 @@ def test_a_figure_with_more_variants_than_rows_names_the_ones_it_left_out(tmp_pa
     texts = training_curves(pd.DataFrame(rows), "d", tmp_path / "curves.png")
     assert "2 more variants not shown: learning_rate=0.7; learning_rate=0.8" in texts["title"]
     assert "2 more variants not shown" in capsys.readouterr().err
+
+
+def test_every_figure_of_the_table_has_its_caption_and_a_known_report_section():
+    from conftest import REPO
+
+    for f in FIGURES:
+        assert (REPO / "workflow" / "report" / f"{f.name}.rst").read_text().strip(), f.name
+    assert {f.category for f in FIGURES} == {"Training curves", "Scaling", "Data"}

@@ -16,6 +16,8 @@ import pytest
 import yaml
 from conftest import REPO, env
 
+from mpinet.analysis.figures import NAMES
+
 pytestmark = pytest.mark.workflow
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -100,7 +102,7 @@ def test_workflow_produces_tables_plots_and_runs(workdir):
     assert len(runs) == 4 + 3  # iris: serial, allreduce on 1 and 2, paramserver on 2; images: 3
     assert set(runs["dataset"]) == {"iris", "images"}
     for d in ("iris", "images"):
-        for f in ("curves", "data_size", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"):
+        for f in NAMES:
             assert (workdir / f"results/test/plots/{d}/{f}.png").stat().st_size > 10_000
     run = workdir / "results/runs/iris/algorithm~allreduce/ranks~2/blas_threads~1/batch_size~4/learning_rate~0.3"
     rest = "epochs~5/train_samples~0/samples_per_rank~0/hidden~30-20/loss~l2/standardize~True/dtype~float32"
@@ -135,7 +137,7 @@ def test_report_lists_every_plot_and_table(workdir):
     snakemake(workdir, "--report", "results/test/report.html")
     html = (workdir / "results/test/report.html").read_text()
     for d in ("iris", "images"):
-        for f in ("curves", "data_size", "scaling", "time_split", "time_to_accuracy", "confusion", "class_counts"):
+        for f in NAMES:
             assert f"results/test/plots/{d}/{f}.png" in html, f
     for t in ("epochs.csv", "runs.csv", "seeds.csv"):
         assert f"results/test/metrics/{t}" in html

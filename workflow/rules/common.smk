@@ -32,6 +32,7 @@ if mpinet.__version__ != WORKFLOW_VERSION:
 from mpinet import MpinetError
 from mpinet.datasets import dataset
 from mpinet.launch import launcher, walltime
+from mpinet.analysis.figures import FIGURES
 from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION, SYNTHESIS, job_code, script_code
 from mpinet.layout import (
     CONFUSION_FILE,
@@ -96,15 +97,17 @@ STUDY_DIR = f"results/{STUDY}"
 PARAMSPACE = Paramspace(EXPERIMENTS[list(COLUMNS)])
 RUN = f"{{dataset}}/{PARAMSPACE.wildcard_pattern}"
 DATASET_FILES = list(dataset.FILES)
-FIGURES = [
-    "curves",
-    "data_size",
-    "scaling",
-    "time_split",
-    "time_to_accuracy",
-    "confusion",
-    "class_counts",
-]
+# every figure of a dataset, from the package's one table (mpinet.analysis.figures)
+PLOT_OUTPUT = {
+    f.name: report(
+        f"{STUDY_DIR}/plots/{{dataset}}/{f.name}.png",
+        caption=f"../report/{f.name}.rst",
+        category=f.category,
+        subcategory="{dataset}",
+        labels={"figure": f.label},
+    )
+    for f in FIGURES
+}
 DATASETS = sorted(EXPERIMENTS["dataset"].unique())
 SYNTHETIC_ARCHIVE = "resources/synthetic/intel-synthetic.zip"
 REPORT_DESCRIPTION = workflow.source_path("../report/workflow.rst")
@@ -165,7 +168,7 @@ def get_final_targets():
     return [
         rules.record_study.output[0],
         *rules.aggregate.output,
-        *(f"{STUDY_DIR}/plots/{d}/{f}.png" for d in DATASETS for f in FIGURES),
+        *(f"{STUDY_DIR}/plots/{d}/{f.name}.png" for d in DATASETS for f in FIGURES),
     ]
 
 

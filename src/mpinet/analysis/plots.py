@@ -13,6 +13,7 @@ from matplotlib.ticker import ScalarFormatter
 
 from mpinet import MpinetError
 from mpinet.analysis.costmodel import COMPUTE_KEYS
+from mpinet.analysis.figures import NAMES
 from mpinet.files import atomic_path
 from mpinet.study.experiments import variant_values, varying
 
@@ -419,8 +420,10 @@ def plot_dataset(
     target: float | None = None,
     model_csv=None,
 ) -> dict:
-    """Every figure of one dataset; confusions are its runs' confusion.csv files, out maps figure
-    name -> PNG path. Returns each figure's texts."""
+    """Every figure of one dataset (mpinet.analysis.figures); confusions are its runs' confusion.csv
+    files, out maps figure name -> PNG path. Returns each figure's texts."""
+    if set(out) != set(NAMES):
+        raise MpinetError(f"the figures asked for ({', '.join(sorted(out))}) are not the table's ({', '.join(NAMES)})")
     epochs = pd.read_csv(epochs_csv)
     runs = pd.read_csv(runs_csv)
     e, r = epochs[epochs["dataset"] == dataset], runs[runs["dataset"] == dataset]

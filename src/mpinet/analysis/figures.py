@@ -1,0 +1,24 @@
+"""The figures of a dataset, named once: the plots rule's outputs and their report entries, the
+workflow's targets, the plotting code and the tests are built from this table. Each figure's
+caption is workflow/report/<name>.rst."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str  # the PNG's name and the plot function's key
+    category: str  # the report's section
+    label: str  # the report's label for it
+
+
+FIGURES = (
+    Figure("curves", "Training curves", "loss and accuracy"),
+    Figure("data_size", "Training curves", "by training-set size"),
+    Figure("time_to_accuracy", "Training curves", "time to accuracy"),
+    Figure("confusion", "Training curves", "confusion matrix"),
+    Figure("scaling", "Scaling", "speedup and efficiency"),
+    Figure("time_split", "Scaling", "compute vs communication"),
+    Figure("class_counts", "Data", "samples per class"),
+)
+NAMES = tuple(f.name for f in FIGURES)
