@@ -27,7 +27,8 @@ import pandas as pd
 
 from mpinet import MpinetError
 from mpinet.engine.model import Net
-from mpinet.engine.options import COMPUTE_OPTIONS
+from mpinet.engine.options import COMPUTE_OPTIONS, data_ranks
+from mpinet.study.experiments import hidden_sizes
 
 
 @dataclass(frozen=True)
@@ -124,14 +125,14 @@ def epoch_seconds(
         steps = math.ceil(samples / (batch_size * ranks))
         syncs = steps if sync_every == 1 else math.ceil(steps / sync_every)
         return per_sample_s * samples / ranks + syncs * allreduce_seconds(ranks, nbytes, itemsize, link)
-    workers = ranks - 1  # paramserver: workers compute a step, then rank 0 serves them in turn
+    workers = data_ranks(algorithm, ranks)  # paramserver: workers compute a step, then rank 0 serves them in turn
     steps = math.ceil(samples / (batch_size * workers))
     return steps * (per_sample_s * batch_size + paramserver_step_seconds(ranks, nbytes, link))
 
 
 def n_params(features: int, hidden: str, classes: int) -> int:
     """Parameters of the net a run trained (hidden as '30-20')."""
-    return Net((features, *(int(h) for h in str(hidden).split("-")), classes)).n_params
+    return Net((features, *hidden_sizes(hidden), classes)).n_params
 
 
 def _work(run, compute: dict) -> tuple | None:
@@ -167,7 +168,7 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
                 for p in rank_counts:
                     if algorithm == "paramserver" and p < 2:
                         continue
-                    samples = per_rank * (p - 1 if algorithm == "paramserver" else p) if per_rank else work[0]
+                    samples = per_rank * data_ranks(algorithm, p) if per_rank else work[0]
                     t = epoch_seconds(algorithm, p, *_sized(work, samples), link, c["sync_every"])
                     rows.append(
                         {

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from mpinet import MpinetError
-from mpinet.study.experiments import COLUMNS
+from mpinet.study.experiments import COLUMNS, hidden_text
 
 MEASURES = ("speedup", "efficiency", "weak_efficiency", "median_epoch_s")
 SELECTORS = ("dataset", *(c for c in COLUMNS if c != "repeat"))
@@ -114,7 +114,7 @@ def _matches(runs: pd.DataFrame, selects: dict) -> pd.Series:
             return pd.Series(False, index=runs.index)
         column = runs[key]
         if key == "hidden":
-            value = "-".join(str(v) for v in value) if isinstance(value, list) else str(value)
+            value = hidden_text(value)
             ok &= column.astype(str) == value
         elif isinstance(value, bool) or isinstance(value, str):
             ok &= column.astype(str) == str(value)

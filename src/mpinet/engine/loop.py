@@ -131,7 +131,7 @@ class _Run:
         grads = np.zeros_like(params)
         exchange = exchange_for(opts.algorithm, opts.sync_every, comm, net.n_params, dt)
         n_data = data_ranks(opts.algorithm, comm.size)
-        my_slot = comm.rank - 1 if opts.algorithm == "paramserver" else comm.rank
+        my_slot = comm.rank - (comm.size - n_data)  # the ranks that train are the last n_data
         # the rows trained on: all, or a subset (indices into the memory map; nothing is copied on disk)
         n = train_size(opts, n_data, len(arrays.train_y))
         subset = None if n == len(arrays.train_y) else dataset.subset_rows(arrays.train_y, n, len(arrays.classes))

@@ -10,6 +10,7 @@ import subprocess
 from dataclasses import dataclass
 
 from mpinet import MpinetError
+from mpinet.study.experiments import hidden_text
 
 
 @dataclass
@@ -219,7 +220,7 @@ def describe_comment(comment: str, columns: tuple[str, ...], defaults: dict) -> 
         if key in ("algorithm", "ranks", "seed"):
             continue
         default = defaults.get(key)
-        default = "-".join(map(str, default)) if isinstance(default, list) else str(default)
+        default = hidden_text(default) if key == "hidden" else str(default)
         if row[key] != default:
             words.append(f"{key}={row[key]}")
     return " ".join([*words, f"seed={row['seed']}"])

@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 
 from mpinet.analysis import costmodel
+from mpinet.engine.options import data_ranks
+from mpinet.study.experiments import hidden_text
 
 SAFETY = 3.0  # times the estimate: epoch times on a shared node drift by 20-25 %, first epochs are slower
 STARTUP_S = 20.0  # Snakemake's job start inside an allocation, srun, imports, loading the data
@@ -64,7 +66,7 @@ def from_model(row: dict, shape: dict, runs: pd.DataFrame, link: costmodel.Link 
     same configuration."""
     if runs is None or runs.empty or link is None:
         return None
-    run = {**row, **shape, "hidden": _hidden(row["hidden"])}
+    run = {**row, **shape, "hidden": hidden_text(row["hidden"])}
     compute = costmodel.fit_compute(runs)
     per_sample = compute.get(tuple(run[k] for k in costmodel.COMPUTE_KEYS))
     if per_sample is None or not np.isfinite(per_sample):
@@ -80,9 +82,9 @@ def from_model(row: dict, shape: dict, runs: pd.DataFrame, link: costmodel.Link 
 
 def uncalibrated(row: dict, shape: dict) -> Estimate:
     """The bound from the network's size and the step count alone."""
-    size = costmodel.n_params(shape["features"], _hidden(row["hidden"]), shape["classes"])
+    size = costmodel.n_params(shape["features"], row["hidden"], shape["classes"])
     ranks = int(row["ranks"])
-    workers = ranks - 1 if row["algorithm"] == "paramserver" and ranks > 1 else ranks
+    workers = max(1, data_ranks(row["algorithm"], ranks))
     samples = shape["train_samples"]
     steps = math.ceil(samples / (int(row["batch_size"]) * workers))
     # the parameter server's rank 0 applies every worker's update in turn
@@ -133,8 +135,3 @@ def calibration(study_dir: Path) -> tuple[pd.DataFrame | None, costmodel.Link | 
     except (OSError, ValueError, KeyError, IndexError, pd.errors.EmptyDataError):
         return None, None
     return runs, link
-
-
-def _hidden(hidden) -> str:
-    """hidden as the runs table spells it ('30-20')."""
-    return "-".join(map(str, hidden)) if isinstance(hidden, (list, tuple)) else str(hidden)

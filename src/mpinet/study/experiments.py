@@ -77,7 +77,7 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
         raise MpinetError("experiments: the list is empty; add at least one sweep")
     df = pd.DataFrame(rows, columns=["dataset", *COLUMNS, *PLACEMENT]).drop_duplicates(ignore_index=True)
     df["nodes"] = df["nodes"].astype("Int64")
-    df["hidden"] = df["hidden"].map(lambda h: "-".join(str(n) for n in h))
+    df["hidden"] = df["hidden"].map(hidden_text)
     _check_one_placement(df)
     return df
 
@@ -122,6 +122,16 @@ def grid_paths(experiments: pd.DataFrame) -> list[str]:
     return [f"{d}/{p}" for d, p in zip(experiments["dataset"], space.instance_patterns)]
 
 
+def hidden_text(hidden) -> str:
+    """Hidden layer sizes as runs are named and tabled: (30, 20), [30, 20] or '30-20' -> '30-20'."""
+    return str(hidden) if isinstance(hidden, str) else "-".join(str(int(h)) for h in hidden)
+
+
+def hidden_sizes(hidden) -> tuple[int, ...]:
+    """The sizes of a hidden_text (or of a list of sizes): '30-20' -> (30, 20)."""
+    return tuple(int(h) for h in hidden_text(hidden).split("-"))
+
+
 def train_arguments(row: dict) -> str:
     """The `python -m mpinet.train` options for one experiment row (hidden as '30-20')."""
     args = []
@@ -133,7 +143,7 @@ def train_arguments(row: dict) -> str:
             args.append(f"--expect-ranks {value}")
             continue
         if key == "hidden":
-            value = " ".join(str(value).split("-"))
+            value = " ".join(map(str, hidden_sizes(value)))
         elif isinstance(DEFAULTS[key], bool):
             value = str(bool(value)).lower()
         args.append(f"{option_flag(key)} {value}")
@@ -160,8 +170,7 @@ def _as_list(key, value) -> list:
 
 def _options(row: dict) -> Options:
     """A grid row's training options (hidden as a tuple of sizes or as '30-20')."""
-    hidden = row["hidden"]
-    hidden = tuple(int(h) for h in hidden.split("-")) if isinstance(hidden, str) else tuple(hidden)
+    hidden = hidden_sizes(row["hidden"])
     return Options(**{k: hidden if k == "hidden" else row[k] for k in OPTIONS})
 
 
