@@ -72,7 +72,7 @@ FETCHING = CodeFingerprint(
     "fetching",
     1,
     ("mpinet.datasets.fetch",),
-    {"64e9fad2f05e0af7": "0ab16cf8a1426656"},  # 0.4.0: derived modules; bundled:NAME resolved in fetch()
+    {"0dd65fbfb135377f": "0ab16cf8a1426656"},  # 0.4.0: derived modules; bundled:NAME resolved in fetch()
 )
 # the arrays from those files: finding the files, decoding, splitting, standardizing, writing
 PREPARATION = CodeFingerprint(
@@ -80,7 +80,7 @@ PREPARATION = CodeFingerprint(
     1,
     ("mpinet.datasets.prepare",),
     # 0.4.0: the datasets subpackage, derived modules; dataset writing in mpinet.datasets.prepared
-    {"8269a88025f759a4": "d17364a9ba7f0492"},
+    {"b29049373589eb84": "d17364a9ba7f0492"},
 )
 # the generated stand-in for the Intel archive
 SYNTHESIS = CodeFingerprint("synthesis", 1, ("mpinet.datasets.synthetic",))

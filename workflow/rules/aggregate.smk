@@ -1,6 +1,6 @@
 rule aggregate:
     input:
-        get_run_files,
+        lambda w: GRID.run_files(),
         bench=rules.commbench.output[0],
     output:
         epochs=report(
@@ -40,8 +40,8 @@ rule aggregate:
     conda:
         "../envs/mpinet.yaml"
     params:
-        runs=get_runs,
-        n_runs=get_run_count,
+        runs=lambda w: GRID.runs(),
+        n_runs=len(GRID.names),
         study=STUDY,
         # its text, not the file: a module's copy lives in Snakemake's source cache, renewed every run
         description=Path(REPORT_DESCRIPTION).read_text(),

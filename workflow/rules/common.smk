@@ -34,30 +34,14 @@ from mpinet.datasets import dataset
 from mpinet.launch import launcher, walltime
 from mpinet.analysis.figures import FIGURES
 from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION, SYNTHESIS, job_code, script_code
-from mpinet.layout import (
-    CONFUSION_FILE,
-    METRICS_FILE,
-    RECORD_FILE,
-    RUN_FILES,
-    RUNS_ROOT,
-    TRAIN_LOGS,
-    RunPaths,
-    output_key,
-)
+from mpinet.layout import RECORD_FILE, RUN_FILES, RUNS_ROOT, TRAIN_LOGS, RunPaths, output_key
 from mpinet.engine.checkpoint import remove_finished
 from mpinet.launch.slurm import TrainingJob, check_fits, mem_per_cpu_mb, partitions
-from mpinet.datasets.fetch import local_files, source_digest, source_error
-from mpinet.study.experiments import (
-    COLUMNS,
-    check_sizes,
-    config_error,
-    expand_sweeps,
-    grid_paths,
-    launch_order,
-    train_arguments,
-)
+from mpinet.datasets.fetch import local_inputs, source_digest, source_error
+from mpinet.study.experiments import COLUMNS, check_sizes, config_error, expand_sweeps
 from mpinet.analysis.references import check_entries as check_references, check_selects
-from mpinet.study.status import Experiment, failures, study_name
+from mpinet.study.grid import Grid
+from mpinet.study.status import failures, study_name
 from mpinet.analysis.summary import end_of_run
 from mpinet.study.leftovers import RECORD as LEFTOVERS_RECORD, write_record
 
@@ -127,12 +111,8 @@ wildcard_constraints:
     repeat=r"\d+",
 
 
-GRID_PATHS = grid_paths(EXPERIMENTS)
-# each experiment's row by its <dataset>/<grid path>: a dict look-up per job (Paramspace.instance
-# costs 5 ms a call, most of a 1,000-experiment dry run)
-RUN_ROWS = dict(zip(GRID_PATHS, EXPERIMENTS.to_dict("records")))
-# the order timed runs are launched in (designs side by side, whole rounds of repeats), as priorities
-LAUNCH_PRIORITY = dict(zip(GRID_PATHS, (len(EXPERIMENTS) - i for i in launch_order(EXPERIMENTS))))
+# the study's grid: each run's row, arguments, priority and files by its name (mpinet.study.grid)
+GRID = Grid.of(EXPERIMENTS)
 
 
 def grid_path(wildcards):
@@ -153,17 +133,6 @@ def in_slurm_job():
     return "SLURM_JOB_ID" in os.environ
 
 
-def run_dirs():
-    """results/runs/<dataset>/<grid path> of every experiment, in table order."""
-    return [str(RunPaths(g).dir) for g in GRID_PATHS]
-
-
-def study_experiments():
-    """This study's experiments with their run directory, log and checkpoint, for the status view."""
-    paths = (RunPaths(g) for g in GRID_PATHS)
-    return [Experiment(p.name, p.dir, p.log, p.checkpoint) for p in paths]
-
-
 def get_final_targets():
     return [
         rules.record_study.output[0],
@@ -172,61 +141,11 @@ def get_final_targets():
     ]
 
 
-def dataset_option(key, default=None):
-    """An option of the {dataset} wildcard's config entry, as a params function."""
-    return lambda wildcards: config["datasets"][wildcards.dataset].get(key, default)
-
-
 def get_source(wildcards):
     """The dataset source as the fetch command takes it: synthetic:intel is the generated archive;
-    bundled:iris stays a name (the package's copy enters by content hash, get_source_digest)."""
+    bundled:iris stays a name (the package's copy enters by content hash, source_digest)."""
     source = config["datasets"][wildcards.dataset]["source"]
     return SYNTHETIC_ARCHIVE if source.startswith("synthetic:") else source
-
-
-def get_fetch_input(wildcards):
-    """A local source's files are inputs, so changing, adding or removing one reruns everything downstream."""
-    source = get_source(wildcards)
-    if source.startswith(("http://", "https://", "kaggle:", "bundled:")):
-        return []
-    return local_files(source)
-
-
-def get_source_digest(wildcards):
-    return source_digest(get_source(wildcards))
-
-
-def get_dataset_options(wildcards):
-    """The dataset's config keys but its source, as JSON for the command line."""
-    entry = dict(config["datasets"][wildcards.dataset])
-    entry.pop("source")
-    return json.dumps(entry, sort_keys=True)
-
-
-def get_ranks(wildcards):
-    """MPI ranks of a training job: its `tasks` (--ntasks on SLURM)."""
-    return int(wildcards.ranks)
-
-
-def get_nodes(wildcards):
-    """Nodes a training job's ranks are spread over (--nodes on SLURM); None lets SLURM place them."""
-    nodes = RUN_ROWS[grid_path(wildcards)]["nodes"]
-    return None if pd.isna(nodes) else int(nodes)
-
-
-def get_blas_threads(wildcards):
-    """BLAS threads per rank: --cpus-per-task on SLURM."""
-    return int(wildcards.blas_threads)
-
-
-def get_cores(wildcards):
-    """Cores a training job takes locally: ranks x BLAS threads, so jobs never share cores."""
-    return int(wildcards.ranks) * int(wildcards.blas_threads)
-
-
-def get_run_options(wildcards):
-    """The row of the experiment table for these wildcards, as python -m mpinet.train options."""
-    return train_arguments(RUN_ROWS[grid_path(wildcards)])
 
 
 def get_mem_per_cpu(wildcards, input):
@@ -249,12 +168,9 @@ def calibration():
 def get_runtime(wildcards, input, attempt):
     """Minutes a training job asks SLURM for (mpinet.launch.walltime): from its own earlier epochs, the
     calibrated cost model or the network's size, with a safety factor; a pool asks for the sum."""
-    row, data = RUN_ROWS[grid_path(wildcards)], Path(input.data[0]).parent
-    return walltime.request(row, data, Path(get_checkpoint(wildcards)), *calibration(), attempt)
-
-
-def get_launch_priority(wildcards):
-    return LAUNCH_PRIORITY[grid_path(wildcards)]
+    paths = RunPaths(grid_path(wildcards))
+    row, data = GRID.rows[paths.name], Path(input.data[0]).parent
+    return walltime.request(row, data, paths.checkpoint, *calibration(), attempt)
 
 
 def mpi_library():
@@ -290,17 +206,6 @@ def get_bench_ranks(wildcards):
     return max(2, min(largest, os.cpu_count() or 2))
 
 
-def get_bench_nodes(wildcards):
-    """Nodes of the MPI microbenchmark: as many as the study's widest spread (None: SLURM places it),
-    so its ping-pong between the first and the last rank crosses the link those runs use."""
-    nodes = EXPERIMENTS["nodes"].max()
-    return None if pd.isna(nodes) else int(nodes)
-
-
-def get_train_slots(wildcards):
-    return 1 if ISOLATE else 0
-
-
 # On SLURM, training jobs are pooled: a group job is one allocation whose members run one after
 # another as job steps. The profile sizes the pools with Snakemake's own setting
 # (`group-components: train=N`, N experiments per allocation; 1 is one job per experiment).
@@ -329,53 +234,12 @@ def get_pool(wildcards):
     if not pooled():
         return None
     kind = "mpi" if int(wildcards.ranks) > 1 else "single"
-    return pool_name(kind, wildcards.blas_threads, get_nodes(wildcards))
+    return pool_name(kind, wildcards.blas_threads, GRID.nodes(grid_path(wildcards)))
 
 
 def get_bench_pool(wildcards):
     """The MPI microbenchmark is timed alone too, so it joins the 1-thread MPI runs' pool."""
-    return pool_name("mpi", 1, get_bench_nodes(wildcards)) if pooled() else None
-
-
-def get_isolation(wildcards):
-    """Recorded in run.json: how other training jobs were kept off this one's cores."""
-    return "one-at-a-time" if ISOLATE else "shared"
-
-
-def get_data_dir(wildcards, input):
-    """The prepared dataset's directory, from the training job's own inputs."""
-    return str(Path(input.data[0]).parent)
-
-
-def get_run_dir(wildcards, output):
-    return str(Path(output.metrics).parent)
-
-
-def get_checkpoint(wildcards):
-    """Kept outside the job's outputs, so Snakemake does not delete it when the job fails."""
-    return str(RunPaths(grid_path(wildcards)).checkpoint)
-
-
-def get_run_count(wildcards):
-    return len(EXPERIMENTS)
-
-
-def get_runs(wildcards):
-    """Every experiment's parameters and output directory, for the aggregation."""
-    records = EXPERIMENTS.to_dict("records")
-    return [dict(r, dir=d) for r, d in zip(records, run_dirs())]
-
-
-def get_run_files(wildcards):
-    return [f"{d}/{f}" for d in run_dirs() for f in (METRICS_FILE, RECORD_FILE)]
-
-
-def get_dataset_run_files(wildcards):
-    return [
-        f"{d}/{CONFUSION_FILE}"
-        for d, ds in zip(run_dirs(), EXPERIMENTS["dataset"])
-        if ds == wildcards.dataset
-    ]
+    return pool_name("mpi", 1, GRID.widest()) if pooled() else None
 
 
 def logged(command):

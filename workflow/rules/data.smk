@@ -24,7 +24,8 @@ rule make_synthetic:
 
 rule fetch:
     input:
-        get_fetch_input,
+        # a local source's files: changing, adding or removing one reruns everything downstream
+        lambda w: local_inputs(get_source(w)),
     output:
         directory("resources/raw/{dataset}"),
     log:
@@ -34,8 +35,8 @@ rule fetch:
         "../envs/mpinet.yaml"
     params:
         source=get_source,
-        sha256=dataset_option("sha256", ""),
-        bundled=get_source_digest,
+        sha256=lambda w: config["datasets"][w.dataset].get("sha256", ""),
+        bundled=lambda w: source_digest(get_source(w)),
         # what the fetched files depend on besides the source: the fetching code's fingerprint
         fetching=FETCHING.value(),
     message:
@@ -58,8 +59,12 @@ rule prepare:
     threads: 2
     params:
         out="resources/data/{dataset}",
-        fmt=dataset_option("format"),
-        options=get_dataset_options,
+        fmt=lambda w: config["datasets"][w.dataset]["format"],
+        # the dataset's config keys but its source, for the command line
+        options=lambda w: json.dumps(
+            {k: v for k, v in config["datasets"][w.dataset].items() if k != "source"},
+            sort_keys=True,
+        ),
         source=get_source,
         preparation=PREPARATION.value(),
     message:

@@ -46,14 +46,12 @@ def print_summary():
 
 def remove_kept_checkpoints():
     """After a successful run, the final checkpoints pooled runs kept are no longer needed."""
-    removed = remove_finished(
-        [(e.run_dir / RECORD_FILE, e.checkpoint) for e in study_experiments()]
-    )
+    removed = remove_finished([(e.run_dir / RECORD_FILE, e.checkpoint) for e in GRID.status_rows()])
     if removed:
         print(f"removed the final checkpoints of {removed} pooled runs", flush=True)
 
 
 def print_failures():
     """When a run fails: every failed experiment by name with its one-line error."""
-    if text := failures(study_experiments()):
+    if text := failures(GRID.status_rows()):
         print(f"\n{text}\n", flush=True)

@@ -4,7 +4,7 @@ rule plots:
         runs=rules.aggregate.output.runs,
         model=rules.aggregate.output.model,
         summary="resources/data/{dataset}/summary.json",
-        confusions=get_dataset_run_files,
+        confusions=lambda w: GRID.confusion_files(w.dataset),
     output:
         **PLOT_OUTPUT,
     log:

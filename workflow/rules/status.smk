@@ -8,7 +8,7 @@ rule status:
     conda:
         "../envs/mpinet.yaml"
     params:
-        experiments=lambda wildcards: study_experiments(),
+        experiments=lambda wildcards: GRID.status_rows(),
     message:
         f"Status of study {STUDY}"
     script:
@@ -23,7 +23,7 @@ rule record_study:
     localrule: True
     params:
         # the study's run list: when it changes, the record is rewritten
-        run_dirs=lambda wildcards: run_dirs(),
+        run_dirs=lambda wildcards: GRID.run_dirs(),
         code=job_code("mpinet.study.leftovers"),
     message:
         f"Recording the run directories of study {STUDY} (what make leftovers keeps)"
@@ -38,7 +38,7 @@ rule leftovers:
     conda:
         "../envs/mpinet.yaml"
     params:
-        study_runs=lambda wildcards: run_dirs(),
+        study_runs=lambda wildcards: GRID.run_dirs(),
         results_root="results",
         config_dir="config",
         schema=SCHEMA,

@@ -16,15 +16,18 @@ TRAIN_BENCHMARK = f"results/benchmarks/train/{RUN}.tsv"
 TRAIN_RESOURCES = {
     "mem_mb_per_cpu": get_mem_per_cpu,
     "runtime": get_runtime,
-    "cpus_per_task": get_blas_threads,
-    "train_slots": get_train_slots,
-    "isolation": get_isolation,
+    # BLAS threads per rank: --cpus-per-task on SLURM
+    "cpus_per_task": lambda w: int(w.blas_threads),
+    "train_slots": 1 if ISOLATE else 0,
+    # recorded in run.json: how other training jobs were kept off this one's cores
+    "isolation": "one-at-a-time" if ISOLATE else "shared",
 }
 TRAIN_PARAMS = {
-    "data": get_data_dir,
-    "out": get_run_dir,
-    "options": get_run_options,
-    "checkpoint": get_checkpoint,
+    "data": lambda w, input: str(Path(input.data[0]).parent),
+    "out": lambda w, output: str(Path(output.metrics).parent),
+    "options": lambda w: GRID.arguments(grid_path(w)),
+    # kept outside the job's outputs, so Snakemake does not delete it when the job fails
+    "checkpoint": lambda w: str(RunPaths(grid_path(w)).checkpoint),
     # a changed computation retrains; a comment, help text or run.json field does not
     "numerics": NUMERICS.value(),
 }
@@ -42,12 +45,13 @@ rule train_single:
     wildcard_constraints:
         ranks="1",
         algorithm="serial|allreduce",
-    priority: get_launch_priority
+    priority: lambda w: GRID.priorities[grid_path(w)]
     group:
         get_pool
     conda:
         "../envs/mpinet.yaml"
-    threads: get_cores
+    # ranks x BLAS threads: locally, jobs never share cores
+    threads: lambda w: int(w.ranks) * int(w.blas_threads)
     resources:
         **TRAIN_RESOURCES,
     params:
@@ -73,17 +77,19 @@ rule train_mpi:
     wildcard_constraints:
         ranks=r"[2-9]|[1-9]\d+",
         algorithm="allreduce|paramserver",
-    priority: get_launch_priority
+    priority: lambda w: GRID.priorities[grid_path(w)]
     group:
         get_pool
     conda:
         "../envs/mpinet.yaml"
-    threads: get_cores
+    # ranks x BLAS threads: locally, jobs never share cores
+    threads: lambda w: int(w.ranks) * int(w.blas_threads)
     resources:
         **TRAIN_RESOURCES,
         mpi=get_mpi_launcher,
-        tasks=get_ranks,
-        nodes=get_nodes,
+        tasks=lambda w: int(w.ranks),
+        # nodes the ranks are spread over (--nodes on SLURM); None lets SLURM place them
+        nodes=lambda w: GRID.nodes(grid_path(w)),
     params:
         **TRAIN_PARAMS,
     message:
@@ -112,9 +118,10 @@ rule commbench:
         tasks=get_bench_ranks,
         # seconds of ping-pong even across nodes; minutes on SLURM, added to its pool's time limit
         runtime=5,
-        nodes=get_bench_nodes,
-        train_slots=get_train_slots,
-        isolation=get_isolation,
+        # as many nodes as the widest experiment, so its ping-pong crosses the link those runs use
+        nodes=GRID.widest(),
+        train_slots=1 if ISOLATE else 0,
+        isolation="one-at-a-time" if ISOLATE else "shared",
     params:
         max_bytes=64 << 20,
         code=job_code("mpinet.commbench"),

@@ -77,6 +77,14 @@ def source_error(name: str, entry: dict) -> str | None:
     return None
 
 
+def local_inputs(source: str) -> list[str]:
+    """What a fetch job takes as input files: a local source's files; nothing for a download or a
+    bundled source (those enter by URL, checksum or content hash)."""
+    if source.startswith(("http://", "https://", KAGGLE_PREFIX, BUNDLED_PREFIX)):
+        return []
+    return local_files(source)
+
+
 def local_files(source: str) -> list[str]:
     """The files a local source consists of: the file itself, or every data file under a folder (so
     Snakemake notices a file changed, added or removed inside it)."""
