@@ -174,7 +174,7 @@ def test_an_archive_that_would_unpack_far_beyond_its_size_is_refused(tmp_path):
 
 
 def test_a_checksum_that_cannot_be_checked_is_refused(tmp_path):
-    from mpinet.datasets.fetch import source_error
+    from mpinet.datasets.sources import source_error
 
     (tmp_path / "folder").mkdir()
     entry = {"source": str(tmp_path / "folder"), "format": "images", "sha256": "0" * 64}
@@ -186,7 +186,7 @@ def test_a_checksum_that_cannot_be_checked_is_refused(tmp_path):
 
 
 def test_a_folder_source_lists_its_data_files_as_inputs(tmp_path):
-    from mpinet.datasets.fetch import local_files
+    from mpinet.datasets.sources import local_files
 
     (tmp_path / "f" / "a").mkdir(parents=True)
     (tmp_path / "f" / "a" / "1.jpg").write_bytes(b"x")
@@ -276,7 +276,8 @@ def test_a_compressed_single_file_is_decompressed(tmp_path, suffix, opener):
 
 
 def test_the_bundled_iris_table_is_found_from_any_directory_and_an_unknown_name_is_refused(tmp_path, monkeypatch):
-    from mpinet.datasets.fetch import resolve_source, source_error
+    from mpinet.datasets.fetch import resolve_source
+    from mpinet.datasets.sources import source_error
 
     monkeypatch.chdir(tmp_path)
     path = resolve_source("bundled:iris")
@@ -285,3 +286,11 @@ def test_the_bundled_iris_table_is_found_from_any_directory_and_an_unknown_name_
     refused = source_error("m", {"source": "bundled:mnist"})
     assert "unknown bundled dataset 'bundled:mnist'; expected bundled:iris" in refused
     assert resolve_source("data/x.csv") == "data/x.csv"
+
+
+def test_a_synthetic_source_other_than_the_intel_layout_is_refused_not_drawn_as_intel():
+    from mpinet.datasets.sources import source_error
+
+    assert source_error("images", {"source": "synthetic:intel"}) is None
+    refused = source_error("cifar", {"source": "synthetic:cifar"})
+    assert refused == "datasets.cifar.source: unknown synthetic dataset 'synthetic:cifar'; expected synthetic:intel"

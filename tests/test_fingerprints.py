@@ -33,11 +33,14 @@ def _file(module: str) -> str:
 CASES = [(job, module) for job, fp in _jobs().items() for module in fp.modules()]
 
 
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    """One copy of the package for all the edits (each is undone after it)."""
+    return EditedPackage(tmp_path_factory.mktemp("edited"))
+
+
 @pytest.mark.parametrize("job,module", CASES, ids=[f"{j}-{m}" for j, m in CASES])
-def test_a_code_change_in_any_module_a_job_imports_changes_its_fingerprint_and_a_comment_does_not(
-    tmp_path, job, module
-):
-    package = EditedPackage(tmp_path)
+def test_a_code_change_in_any_module_a_job_imports_changes_its_fingerprint_and_a_comment_does_not(package, job, module):
     guard = package.guard(_jobs()[job])
     base = guard.value()
     text = (package.root / _file(module)).read_text()

@@ -72,7 +72,7 @@ FETCHING = CodeFingerprint(
     "fetching",
     1,
     ("mpinet.datasets.fetch",),
-    {"0dd65fbfb135377f": "0ab16cf8a1426656"},  # 0.4.0: derived modules; bundled:NAME resolved in fetch()
+    {"cfa0326fea76695b": "0ab16cf8a1426656"},  # 0.4.0: derived modules; bundled:NAME resolved in fetch()
 )
 # the arrays from those files: finding the files, decoding, splitting, standardizing, writing
 PREPARATION = CodeFingerprint(
@@ -80,7 +80,7 @@ PREPARATION = CodeFingerprint(
     1,
     ("mpinet.datasets.prepare",),
     # 0.4.0: the datasets subpackage, derived modules; dataset writing in mpinet.datasets.prepared
-    {"b29049373589eb84": "d17364a9ba7f0492"},
+    {"40f5bcd660e12815": "d17364a9ba7f0492"},
 )
 # the generated stand-in for the Intel archive
 SYNTHESIS = CodeFingerprint("synthesis", 1, ("mpinet.datasets.synthetic",))
@@ -129,7 +129,8 @@ def _is_module(name: str, root: Path) -> bool:
     return (path / "__init__.py").is_file() or path.with_suffix(".py").is_file()
 
 
-def _imports(source: str, importer: str, root: Path) -> set[str]:
+@cache  # by the source's text: an edited module is parsed again, the others are not
+def _imports(source: str, importer: str, root: Path) -> frozenset[str]:
     """Package modules a source imports anywhere in it (a function's lazy import included), with the
     packages their import runs (`mpinet.x.y` runs mpinet and mpinet.x first)."""
     found = set()
@@ -146,7 +147,7 @@ def _imports(source: str, importer: str, root: Path) -> set[str]:
             if name and (name == ROOT_NAME or name.startswith(ROOT_NAME + ".")) and _is_module(name, root):
                 parts = name.split(".")
                 found.update(".".join(parts[: i + 1]) for i in range(len(parts)))
-    return found
+    return frozenset(found)
 
 
 def _absolute(node: ast.ImportFrom, importer: str) -> str:
@@ -164,6 +165,7 @@ def _code_hash(name: str, version: int, modules: tuple[str, ...], root: Path) ->
     return h.hexdigest()[:16]
 
 
+@cache  # by the source's text, as _imports
 def code_shape(source: str) -> str:
     """Python source as its syntax tree without docstrings, help texts (`help=` arguments) and the
     `__version__` assignment: equal for sources that differ only in those, comments, blank lines

@@ -37,31 +37,24 @@ from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION, SYNTHESIS, job_
 from mpinet.layout import RECORD_FILE, RUN_FILES, RUNS_ROOT, TRAIN_LOGS, RunPaths, output_key
 from mpinet.engine.checkpoint import remove_finished
 from mpinet.launch.slurm import TrainingJob, check_fits, mem_per_cpu_mb, partitions
-from mpinet.datasets.fetch import local_inputs, source_digest, source_error
-from mpinet.study.experiments import COLUMNS, check_sizes, config_error, expand_sweeps
-from mpinet.analysis.references import check_entries as check_references, check_selects
+from mpinet.datasets.sources import local_inputs, source_digest
+from mpinet.study.config import check_study
+from mpinet.study.experiments import COLUMNS
 from mpinet.study.grid import Grid
 from mpinet.study.status import failures, study_name
 from mpinet.analysis.summary import end_of_run
 from mpinet.study.leftovers import RECORD as LEFTOVERS_RECORD, write_record
 
-# One line naming the key for a bad config; Snakemake's own validate then fills in the defaults.
+# One line naming the key for a bad config (mpinet.study.config); Snakemake's own validate then
+# fills in the defaults.
 SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
-if message := config_error(config, SCHEMA):
-    raise WorkflowError(message)
-validate(config, schema="../schemas/config.schema.yaml")
-for name, entry in config["datasets"].items():
-    if message := source_error(name, entry):
-        raise WorkflowError(f"config: {message}")
-
 try:
-    check_references(config.get("references"))
-    EXPERIMENTS = expand_sweeps(config["experiments"], config["datasets"])
-    # subsets checked against the data's size where it is prepared (else the training job checks)
-    check_sizes(EXPERIMENTS, lambda d: dataset.prepared_size(f"resources/data/{d}"))
-    check_selects(config.get("references"), EXPERIMENTS)
+    EXPERIMENTS = check_study(
+        config, SCHEMA, lambda d: dataset.prepared_size(f"resources/data/{d}")
+    )
 except MpinetError as e:
-    raise WorkflowError(f"config: {e}") from None
+    raise WorkflowError(str(e)) from None
+validate(config, schema="../schemas/config.schema.yaml")
 
 # Training jobs whose times enter a speedup run one at a time: every training job claims one
 # train_slot and there is one, unless `--resources train_slots=N` gives more (isolate_timing:

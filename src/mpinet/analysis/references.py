@@ -8,15 +8,11 @@ import math
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from mpinet import MpinetError
-from mpinet.study.experiments import COLUMNS, hidden_text
+from mpinet.study.config import MEASURES, SELECTORS, TOLERANCE, check_entries, matches
 
-MEASURES = ("speedup", "efficiency", "weak_efficiency", "median_epoch_s")
-SELECTORS = ("dataset", *(c for c in COLUMNS if c != "repeat"))
-TOLERANCE = 0.1
 COLUMNS_OUT = [
     "reference",
     "selects",
@@ -34,36 +30,6 @@ COLUMNS_OUT = [
 ]
 
 
-def check_entries(references: list) -> None:
-    """Each entry names known experiment keys, exactly one measure and a tolerance in [0, 1)."""
-    for i, ref in enumerate(references or []):
-        where = f"references[{i}]"
-        if not isinstance(ref, dict):
-            raise MpinetError(f"{where}: expected a mapping of experiment keys, one measure and a tolerance")
-        unknown = set(ref) - {*SELECTORS, *MEASURES, "tolerance"}
-        if unknown:
-            raise MpinetError(
-                f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected experiment keys "
-                f"({', '.join(SELECTORS)}), one of {', '.join(MEASURES)} and tolerance"
-            )
-        measures = [m for m in MEASURES if m in ref]
-        if len(measures) != 1:
-            raise MpinetError(f"{where}: give exactly one of {', '.join(MEASURES)}, got {len(measures)}")
-        tolerance = ref.get("tolerance", TOLERANCE)
-        if not (isinstance(tolerance, (int, float)) and 0 <= tolerance < 1):
-            raise MpinetError(f"{where}.tolerance: expected a relative tolerance in [0, 1), got {tolerance!r}")
-
-
-def check_selects(references: list, experiments: pd.DataFrame) -> None:
-    """Before anything runs: every reference selects at least one experiment of the study's grid
-    (train_samples is left to the check after training: the grid holds 0 for all the data)."""
-    for i, ref in enumerate(references or []):
-        selects = {k: v for k, v in ref.items() if k in SELECTORS and k != "train_samples"}
-        if not _matches(experiments, selects).any():
-            text = ", ".join(f"{k}={v}" for k, v in selects.items())
-            raise MpinetError(f"references[{i}]: selects no experiment of the study ({text})")
-
-
 def evaluate(references: list, runs: pd.DataFrame) -> pd.DataFrame:
     """One row per reference and configuration it selects: the band, the measured median over seeds
     and launches, the widest 95 % interval of its experiments, and the status: `ok` (the interval
@@ -73,7 +39,7 @@ def evaluate(references: list, runs: pd.DataFrame) -> pd.DataFrame:
     for i, ref in enumerate(references or []):
         measure = next(m for m in MEASURES if m in ref)
         selects = {k: v for k, v in ref.items() if k in SELECTORS}
-        chosen = runs[_matches(runs, selects)]
+        chosen = runs[matches(runs, selects)]
         if chosen.empty:
             text = ", ".join(f"{k}={v}" for k, v in selects.items()) or "everything"
             raise MpinetError(f"references[{i}]: selects no experiment of the study ({text})")
@@ -105,22 +71,6 @@ def evaluate(references: list, runs: pd.DataFrame) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows, columns=COLUMNS_OUT)
-
-
-def _matches(runs: pd.DataFrame, selects: dict) -> pd.Series:
-    ok = pd.Series(True, index=runs.index)
-    for key, value in selects.items():
-        if key not in runs:
-            return pd.Series(False, index=runs.index)
-        column = runs[key]
-        if key == "hidden":
-            value = hidden_text(value)
-            ok &= column.astype(str) == value
-        elif isinstance(value, bool) or isinstance(value, str):
-            ok &= column.astype(str) == str(value)
-        else:
-            ok &= np.isclose(pd.to_numeric(column, errors="coerce"), float(value))
-    return ok
 
 
 def _name(run: pd.Series) -> str:

@@ -186,28 +186,3 @@ def _possible(row: dict, where: str) -> bool:
     except MpinetError as e:
         raise MpinetError(f"{where}.{e}") from None
     return True
-
-
-def config_error(config: dict, schema_path) -> str | None:
-    """The most relevant schema violation of config as one line naming the key, or None if valid."""
-    import jsonschema
-    import yaml
-
-    for name, entry in (config.get("datasets") or {}).items():
-        if isinstance(entry, dict) and "standardize" in entry:
-            return (
-                f"config: datasets.{name}.standardize was renamed standardize_inputs (per-channel input "
-                "scaling); `standardize` is an experiment key only (hidden-layer standardization)"
-            )
-    with open(schema_path) as f:
-        schema = yaml.safe_load(f)
-    # JSON Schema counts 4.0 as an integer; a float where a count is expected is a config error here
-    strict = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda checker, v: isinstance(v, int) and not isinstance(v, bool)
-    )
-    validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=strict)
-    error = jsonschema.exceptions.best_match(validator(schema).iter_errors(config))
-    if error is None:
-        return None
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
-    return f"config: {where or 'top level'}: {error.message}"

@@ -30,7 +30,8 @@ def referenced(results_root: Path, config_dir: Path, schema: Path, runs_root: st
 def config_run_dirs(config_dir: Path, schema: Path, runs_root: str) -> set[Path]:
     """The run directories of every study config (a YAML file with `experiments`) in config_dir;
     MpinetError naming the first file that cannot be read or expanded."""
-    from mpinet.study.experiments import config_error, expand_sweeps, grid_paths
+    from mpinet.study.config import config_error
+    from mpinet.study.experiments import expand_sweeps, grid_paths
 
     dirs = set()
     for path in sorted(config_dir.glob("*.y*ml")):

@@ -1,0 +1,66 @@
+"""A bad study config is refused before anything runs, with one line naming the key
+(mpinet.study.config.check_study, which the workflow calls first)."""
+
+import pytest
+import yaml
+from conftest import REPO
+from test_workflow import TINY
+
+from mpinet import MpinetError
+from mpinet.study.config import check_study
+
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda c: c.update(colour="red"), "Additional properties are not allowed ('colour' was unexpected)"),
+        (lambda c: c["experiments"][0].update(algorithm="gossip"), "gossip"),
+        (lambda c: c["experiments"][0].update(dataset="mnist"), "experiments[0].dataset: 'mnist' is not defined"),
+        (lambda c: c["experiments"][1].update(batch_size=0), "batch_size"),
+        (lambda c: c["experiments"][0].update(learning_rate=-0.1), "learning_rate"),
+        (lambda c: c["experiments"][0].update(algorithm="paramserver", ranks=1), "no runnable combination"),
+        (lambda c: c["datasets"].update({"my data": c["datasets"]["iris"]}), "'my data' does not match"),
+        (lambda c: c["datasets"].update({"..": c["datasets"]["iris"]}), "'..' does not match"),
+        (lambda c: c["datasets"].update({"c++": c["datasets"]["iris"]}), "'c++' does not match"),
+        (lambda c: c["datasets"].update({7: c["datasets"]["iris"]}), "7 is not of type 'string'"),
+        (lambda c: c["experiments"][0].update(epochs=5.0), "experiments[0].epochs: 5.0 is not valid"),
+        (lambda c: c["experiments"][0].update(nodes=0), "experiments[0].nodes: 0 is less than the minimum of 1"),
+        (
+            lambda c: c["experiments"].append(
+                {**c["experiments"][0], "algorithm": "allreduce", "ranks": 2, "nodes": 2}
+            ),
+            "is listed with nodes 2 and null",
+        ),
+        (lambda c: c["datasets"]["images"].update(image_size=32.0), "image_size: 32.0 is not of type 'integer'"),
+        (lambda c: c["datasets"]["images"].update(image_size=100000), "100000 is greater than the maximum of 2048"),
+        (
+            lambda c: c["datasets"]["iris"].update(source="config", sha256="0" * 64),
+            "config: datasets.iris.sha256: config is a folder, not one file",
+        ),
+        # a value that names data that does not exist is refused, never mapped to something else
+        (lambda c: c["datasets"]["images"].update(source="synthetic:cifar"), "unknown synthetic dataset"),
+        (lambda c: c["datasets"]["iris"].update(source="bundled:mnist"), "unknown bundled dataset 'bundled:mnist'"),
+        (lambda c: c.update(references=[{"dataset": "iris", "ranks": 7, "speedup": 2}]), "selects no experiment"),
+    ],
+)
+def test_a_bad_config_is_refused_with_one_line_naming_the_key(change, message):
+    cfg = yaml.safe_load(yaml.safe_dump(TINY))
+    change(cfg)
+    with pytest.raises(MpinetError) as refused:
+        check_study(cfg, SCHEMA, lambda dataset: None)
+    text = str(refused.value)
+    assert text.startswith("config: ") and "\n" not in text and message in text, text
+
+
+def test_a_good_config_gives_its_experiments():
+    experiments = check_study(yaml.safe_load(yaml.safe_dump(TINY)), SCHEMA, lambda dataset: None)
+    assert len(experiments) == 4 + 3 and set(experiments["dataset"]) == {"iris", "images"}
+
+
+def test_a_subset_larger_than_prepared_data_is_refused_naming_the_dataset():
+    cfg = yaml.safe_load(yaml.safe_dump(TINY))
+    cfg["experiments"][0]["train_samples"] = 500
+    with pytest.raises(MpinetError, match="config: .*train_samples 500 is more than the 105 training samples"):
+        check_study(cfg, SCHEMA, {"iris": (105, 3)}.get)
