@@ -366,7 +366,8 @@ def test_the_wait_for_a_slow_rank_is_told_apart_from_moving_bytes(small_dataset,
     code = (
         "import sys, time\n"
         "from mpi4py import MPI\n"
-        "from mpinet import loop, train as cli\n"
+        "from mpinet import train as cli\n"
+        "from mpinet.engine import loop\n"
         "if MPI.COMM_WORLD.Get_rank() == 1:\n"
         "    fast = loop._gradient\n"
         "    loop._gradient = lambda *a: (time.sleep(0.03), fast(*a))[1]\n"
