@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.study.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test-fast test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-nodes install-profile clean help
+.PHONY: docs test-fast test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
@@ -33,6 +33,7 @@ help:
 	@echo "make test             set up .venv, then ruff, snakefmt, snakemake --lint and the whole pytest suite"
 	@echo "make test-fast        the unit tests alone (no MPI launcher, Snakemake run, cluster or compiler; about a minute)"
 	@echo "make lint             only the linters (ruff, ruff format --check, snakefmt --check, snakemake --lint)"
+	@echo "make docs             build the manual into site/ (MkDocs, strict: a broken link or anchor fails)"
 	@echo "make benchmark        the performance benchmarks (print tables; bench.py also writes benchmarks/results/)"
 	@echo "make benchmark-nodes  on a SLURM cluster with 2 free nodes: a 2-rank run on one node against two"
 	@echo "make install-profile  link profiles/slurm to ~/.config/snakemake/slurm (then: snakemake --profile slurm)"
@@ -99,6 +100,7 @@ lint: setup
 	snakefmt --check .
 	snakemake --lint
 	lint-imports --no-cache
+	NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir $$(mktemp -d)
 
 # In stages, cheapest first: a lint or unit failure is reported before the cluster tests run.
 # UNIT: no MPI launcher, no Snakemake run, no cluster, no compiler (make test-fast runs just it).
@@ -132,6 +134,10 @@ benchmark: setup
 # OPENBLAS_* unset inside the command only: srun passes the environment on to the ranks
 benchmark-nodes: setup
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/nodes.py $(if $(PARTITION),--partition $(PARTITION))
+
+docs: setup
+	NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir site
+	@echo "done: site/index.html (or: mkdocs serve)"
 
 install-profile:
 	mkdir -p $(HOME)/.config/snakemake
