@@ -39,6 +39,8 @@ def config_keys() -> list[tuple[str, str, str, str]]:
             option = options.get(key) if path == "experiments[]" else None
             default = spec.get("default", option.default if option else "")
             meaning = spec.get("description") or (option.metadata["help"] if option else "")
+            if path == "references[]" and not meaning:  # an experiment key, as a selector
+                meaning = f"select the experiments whose {key} is this value"
             rows.append((name, _type(spec, schema), _text(default), " ".join(str(meaning).split())))
             walk(spec, name)
             if isinstance(spec.get("items"), dict):
