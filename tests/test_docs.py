@@ -33,6 +33,7 @@ def _runnable_blocks() -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.workflow  # one of them is a Snakemake dry run
 @pytest.mark.parametrize("page,command", _runnable_blocks())
 def test_every_command_the_manual_marks_runnable_runs(page, command):
     p = subprocess.run(command, shell=True, cwd=REPO, capture_output=True, text=True, env=env(), timeout=120)
