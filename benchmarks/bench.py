@@ -477,6 +477,12 @@ def summarize(runs, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth) ->
             "peak_rss_mb": c["peak_rss_mb"],
             "intel_epoch_s": intel,
         }
+    markdown = _report(table, targets, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth)
+    return {"markdown": markdown, "targets": targets}
+
+
+def _report(table, targets, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth) -> str:
+    """The Markdown report around the table: the machine and workload, limits, kernels, headlines."""
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     lines = [
         f"## mpinet benchmark, {date.today().isoformat()}",
@@ -509,7 +515,7 @@ def summarize(runs, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth) ->
     if not torch_ok:
         lines.append("PyTorch DDP: skipped (torch not importable here; `pip install torch` adds it).")
     lines += ["", *headline_lines(targets, a, n_params)]
-    return {"markdown": "\n".join(lines) + "\n", "targets": targets}
+    return "\n".join(lines) + "\n"
 
 
 def _roofline(k: dict, design: str, ranks: int, allreduce_s: float, n_steps: int, epoch_s: float) -> float:
