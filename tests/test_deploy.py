@@ -71,10 +71,14 @@ def test_the_workflow_runs_as_a_module_of_the_users_snakefile(tmp_path):
 def test_snakedeploy_deploys_a_pinned_version_from_a_local_git_repository(tmp_path):
     repo = tmp_path / "mpinet-repo"  # not *.git: snakedeploy strips that suffix from a local path
     subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
-    subprocess.run(["git", "-C", str(repo), "tag", "v-test"], check=True)
+    import mpinet
+
+    # the release tag the manual's deployment instructions pin, on this code (-f: the clone may hold it)
+    tag = f"v{mpinet.__version__}"
+    subprocess.run(["git", "-C", str(repo), "tag", "-f", tag], check=True, capture_output=True)
     wd = tmp_path / "project"
     bin_ = Path(sys.executable).parent
-    subprocess.run([bin_ / "snakedeploy", "deploy-workflow", repo, wd, "--tag", "v-test"], check=True, env=env())
+    subprocess.run([bin_ / "snakedeploy", "deploy-workflow", repo, wd, "--tag", tag], check=True, env=env())
     snakefile = wd / "workflow" / "Snakefile"
     text = snakefile.read_text()
     # snakedeploy 0.17.1 copies config/ and profiles/ and writes the module; from a local path its
@@ -85,7 +89,7 @@ def test_snakedeploy_deploys_a_pinned_version_from_a_local_git_repository(tmp_pa
     # `script:` rules of a gitfile() module when it checks their code: LocalGitFile.join)
     assert "rerun-triggers" in (wd / "profiles" / "default" / "config.yaml").read_text()
     assert '"workflow/Snakefile"' in text and "use rule * from" in text
-    pinned = f'gitfile("{repo}", path="workflow/Snakefile", tag="v-test")'
+    pinned = f'gitfile("{repo}", path="workflow/Snakefile", tag="{tag}")'
     snakefile.write_text(text.replace('"workflow/Snakefile"', pinned))
     (wd / "config" / "config.yaml").write_text(yaml.safe_dump(STUDY))
     run(wd)
