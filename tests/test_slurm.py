@@ -425,9 +425,10 @@ def test_make_slurm_run_takes_the_default_config_to_the_report(tmp_path):
 
     experiments = expand_sweeps(CONFIG["experiments"], CONFIG["datasets"])
     per_pool = yaml.safe_load((wd / "profiles/slurm/config.yaml").read_text())["group-components"]["train"]
-    single = int((experiments["ranks"] == 1).sum())
-    mpi = len(experiments) - single + 1  # the microbenchmark pools with the MPI runs
-    expected = -(-single // per_pool) + -(-mpi // per_pool)
+    # one pool kind per BLAS thread count of the 1-rank runs, and the MPI runs with the microbenchmark
+    single = experiments[experiments["ranks"] == 1].groupby("blas_threads").size().tolist()
+    mpi = int((experiments["ranks"] > 1).sum()) + 1
+    expected = sum(-(-n // per_pool) for n in [*single, mpi])
     assert len(pools) == expected and (pools["state"] == "COMPLETED").all(), jobs
     assert len(jobs) <= 8, jobs  # with the two data preparation jobs
     assert pools["name"].str.startswith("mpinet_").all()
