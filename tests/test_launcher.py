@@ -6,15 +6,8 @@ import stat
 import pytest
 
 from mpinet import MpinetError
-from mpinet.launch.launcher import (
-    Library,
-    check_mpiexec,
-    family_of,
-    library,
-    mpiexec_command,
-    mpiexec_family,
-    srun_command,
-)
+from mpinet.engine.mpilib import Library, family_of, library
+from mpinet.launch.launcher import check_mpiexec, mpiexec_command, mpiexec_family, srun_command
 
 MPICH = Library("mpich", "MPICH Version:      5.0.2")
 OPENMPI = Library("openmpi", "Open MPI v5.0.11, package: Open MPI user@localhost Distribution")

@@ -15,8 +15,9 @@ from mpinet.datasets import dataset
 from mpinet.engine.checkpoint import Store
 from mpinet.engine.comm import Comm
 from mpinet.engine.loop import train
+from mpinet.engine.mpilib import library
 from mpinet.engine.options import Options, check_options
-from mpinet.launch.launcher import library, mpiexec_argv
+from mpinet.launch.launcher import mpiexec_argv
 
 F64 = ("--dtype", "float64")
 

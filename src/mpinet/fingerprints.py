@@ -80,7 +80,7 @@ PREPARATION = CodeFingerprint(
     1,
     ("mpinet.datasets.prepare",),
     # 0.4.0: the datasets subpackage, derived modules; dataset writing in mpinet.datasets.prepared
-    {"40f5bcd660e12815": "d17364a9ba7f0492"},
+    {"e3b9b0f2491a7b23": "d17364a9ba7f0492"},
 )
 # the generated stand-in for the Intel archive
 SYNTHESIS = CodeFingerprint("synthesis", 1, ("mpinet.datasets.synthetic",))

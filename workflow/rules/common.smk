@@ -31,13 +31,14 @@ if mpinet.__version__ != WORKFLOW_VERSION:
 
 from mpinet import MpinetError
 from mpinet.datasets import dataset
+from mpinet.engine import mpilib
 from mpinet.launch import launcher, walltime
 from mpinet.analysis.figures import FIGURES
 from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION, SYNTHESIS, job_code, script_code
 from mpinet.layout import RECORD_FILE, RUN_FILES, RUNS_ROOT, TRAIN_LOGS, RunPaths, output_key
 from mpinet.engine.checkpoint import remove_finished
 from mpinet.launch.slurm import TrainingJob, check_fits, mem_per_cpu_mb, partitions
-from mpinet.datasets.sources import local_inputs, source_digest
+from mpinet.datasets.sources import local_inputs, prepare_options, source_digest
 from mpinet.study.config import check_study
 from mpinet.study.experiments import COLUMNS
 from mpinet.study.grid import Grid
@@ -62,6 +63,9 @@ validate(config, schema="../schemas/config.schema.yaml")
 if "train_slots" not in workflow.global_resources:
     workflow.register_resource("train_slots", 1)
 ISOLATE = config["isolate_timing"]
+TRAIN_SLOTS = 1 if ISOLATE else 0
+# recorded in run.json: how other training jobs were kept off this one's cores
+ISOLATION = "one-at-a-time" if ISOLATE else "shared"
 
 # The study's own tables, plots and report live under results/<study>/; the runs are shared, so
 # an experiment that two studies list is trained once.
@@ -169,7 +173,7 @@ def get_runtime(wildcards, input, attempt):
 def mpi_library():
     """The MPI library mpi4py loads here (MPICH, Open MPI or Intel MPI), asked once."""
     try:
-        lib = launcher.library()
+        lib = mpilib.library()
         if not (on_slurm() or in_slurm_job()):
             launcher.check_mpiexec(lib)
     except MpinetError as e:

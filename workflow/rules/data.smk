@@ -60,11 +60,7 @@ rule prepare:
     params:
         out="resources/data/{dataset}",
         fmt=lambda w: config["datasets"][w.dataset]["format"],
-        # the dataset's config keys but its source, for the command line
-        options=lambda w: json.dumps(
-            {k: v for k, v in config["datasets"][w.dataset].items() if k != "source"},
-            sort_keys=True,
-        ),
+        options=lambda w: prepare_options(config["datasets"][w.dataset]),
         source=get_source,
         preparation=PREPARATION.value(),
     message:

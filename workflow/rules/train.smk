@@ -18,9 +18,8 @@ TRAIN_RESOURCES = {
     "runtime": get_runtime,
     # BLAS threads per rank: --cpus-per-task on SLURM
     "cpus_per_task": lambda w: int(w.blas_threads),
-    "train_slots": 1 if ISOLATE else 0,
-    # recorded in run.json: how other training jobs were kept off this one's cores
-    "isolation": "one-at-a-time" if ISOLATE else "shared",
+    "train_slots": TRAIN_SLOTS,
+    "isolation": ISOLATION,
 }
 TRAIN_PARAMS = {
     "data": lambda w, input: str(Path(input.data[0]).parent),
@@ -120,8 +119,8 @@ rule commbench:
         runtime=5,
         # as many nodes as the widest experiment, so its ping-pong crosses the link those runs use
         nodes=GRID.widest(),
-        train_slots=1 if ISOLATE else 0,
-        isolation="one-at-a-time" if ISOLATE else "shared",
+        train_slots=TRAIN_SLOTS,
+        isolation=ISOLATION,
     params:
         max_bytes=64 << 20,
         code=job_code("mpinet.commbench"),

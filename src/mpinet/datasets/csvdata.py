@@ -12,6 +12,7 @@ import numpy as np
 from mpinet import MpinetError
 from mpinet.datasets import dataset, prepared
 from mpinet.datasets.split import stratified_split
+from mpinet.files import staging_dir
 
 ID_NAME = re.compile(r"^(id|index|unnamed: ?0|)$", re.IGNORECASE)
 
@@ -139,7 +140,7 @@ def prepare_table(
         "seed": seed,
         "synthetic": False,
     }
-    with prepared.staging_dir(out_dir) as staging:
+    with staging_dir(out_dir) as staging:
         for name, rows in (("train", train_idx), ("test", test_idx)):
             np.save(staging / f"{name}_x.npy", z[rows])
             np.save(staging / f"{name}_y.npy", y[rows])

@@ -18,6 +18,7 @@ from mpinet import MpinetError
 from mpinet.datasets import dataset, prepared
 from mpinet.datasets.fetch import is_metadata
 from mpinet.datasets.split import stratified_split
+from mpinet.files import staging_dir
 from mpinet.layout import SYNTHETIC_MARKER
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -84,7 +85,7 @@ def prepare_images(
             f for f in splits["pred"].iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and not is_metadata(f.name)
         )
         jobs.append(("pred", pred, None))
-    with prepared.staging_dir(out_dir) as staging:
+    with staging_dir(out_dir) as staging:
         skipped: list[dict] = []
         counts = _decode_splits(root, jobs, classes, staging, image_size, skip_bad_images, skipped, workers)
         channel_stats = _standardize_splits(staging, [split for split, *_ in jobs]) if standardize else None

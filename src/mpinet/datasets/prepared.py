@@ -5,9 +5,7 @@ import os
 from pathlib import Path
 
 from mpinet.datasets.dataset import FILES, fingerprint
-from mpinet.files import staging_dir, write_json
-
-__all__ = ["staging_dir", "write"]
+from mpinet.files import write_json
 
 
 def write(out_dir: str | Path, staging: Path, classes: list[str], summary: dict) -> None:

@@ -4,6 +4,7 @@ mpinet.datasets.fetch, so a new check of the config refetches nothing (fetching'
 what fetch.py imports)."""
 
 import hashlib
+import json
 from pathlib import Path
 
 from mpinet.datasets.fetch import BUNDLED, BUNDLED_PREFIX, KAGGLE_PREFIX, is_metadata, resolve_source
@@ -37,6 +38,11 @@ def source_error(name: str, entry: dict) -> str | None:
                 "source at the archive it came from"
             )
     return None
+
+
+def prepare_options(entry: dict) -> str:
+    """A dataset's config keys but its source, as the JSON the prepare command takes."""
+    return json.dumps({k: v for k, v in entry.items() if k != "source"}, sort_keys=True)
 
 
 def local_inputs(source: str) -> list[str]:

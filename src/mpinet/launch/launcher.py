@@ -17,8 +17,6 @@ from functools import cache
 from mpinet import MpinetError
 from mpinet.engine.mpilib import Library, family_of, library
 
-__all__ = ["Library", "family_of", "library"]  # which library: mpinet.engine.mpilib
-
 
 @cache
 def mpiexec_family(mpiexec: str = "mpiexec") -> tuple[str, str]:
