@@ -50,6 +50,16 @@ def env() -> dict:
     return e
 
 
+PACED = REPO / "tests" / "paced"
+
+
+def paced(e: dict, delay: float) -> dict:
+    """The environment `e` with every training step slept `delay` seconds first
+    (tests/paced/sitecustomize.py): a run's length set by the delay, not by this machine's speed."""
+    path = os.pathsep.join(filter(None, [str(PACED), e.get("PYTHONPATH")]))
+    return {**e, "PYTHONPATH": path, "MPINET_TEST_STEP_DELAY": str(delay)}
+
+
 def train_cmd(ranks: int | None, *args) -> list[str]:
     """The trainer command line, under mpiexec when ranks is given."""
     base = [sys.executable, "-m", "mpinet.train", *map(str, args)]

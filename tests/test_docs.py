@@ -49,8 +49,10 @@ def _written_columns() -> set[str]:
     sys.path.insert(0, str(REPO / "tests"))
     from test_aggregate import _run
 
+    from mpinet.analysis.accounting import COLUMNS as ACCOUNTING
     from mpinet.analysis.aggregate import summarize_runs, summarize_seeds
     from mpinet.analysis.costmodel import MODEL_COLUMNS
+    from mpinet.analysis.environment import environment_table
     from mpinet.analysis.references import COLUMNS_OUT
     from mpinet.engine.loop import METRIC_COLUMNS
 
@@ -61,14 +63,16 @@ def _written_columns() -> set[str]:
     seeds = summarize_seeds(runs, epochs)
     model = {"model_epoch_s", "model_error", "model_transfer_error"}  # aggregate adds them with the link
     bench = {"bytes", "one_way_s", "allreduce_s", "ranks", "alpha_s", "beta_s_per_byte", "library"}
-    return {*METRIC_COLUMNS, *runs.columns, *seeds.columns, *MODEL_COLUMNS, *COLUMNS_OUT, *model, *bench}
+    environment = set(environment_table([]).columns)
+    tables = {*METRIC_COLUMNS, *runs.columns, *seeds.columns, *MODEL_COLUMNS, *COLUMNS_OUT, *model, *bench}
+    return tables | set(ACCOUNTING) | environment
 
 
 def test_every_column_of_every_table_is_documented_on_the_outputs_page():
     from mpinet.study.experiments import COLUMNS
 
     text = (DOCS / "outputs.md").read_text()
-    documented = set(re.findall(r"`([a-z_<>]+)`", text))
+    documented = set(re.findall(r"`([a-z0-9_<>]+)`", text))
     missing = []
     for column in sorted(_written_columns() - {"dataset", *COLUMNS}):
         stem = re.sub(r"_(mean|std|ci_low|ci_high)$", "", column)

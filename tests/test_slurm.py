@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, env
+from conftest import REPO, env, paced
 from test_workflow import SNAKEMAKE, copy_env, copy_repo, planned, write_config
 
 from mpinet.analysis.figures import NAMES
@@ -90,10 +90,12 @@ def slurm_cmd(*args, timeout=420, polling=FAST_POLLING):
     return cmd + ["--configfile", "config/test.yaml", *polling, *args]
 
 
-def on_slurm(wd, *args, timeout=420, check=True, polling=FAST_POLLING):
+def on_slurm(wd, *args, timeout=420, check=True, polling=FAST_POLLING, delay=0.0):
+    """snakemake on SLURM in `wd`; `delay`: seconds every training step sleeps first (conftest.paced)."""
     cmd = slurm_cmd(*args, timeout=timeout, polling=polling)
     # the copy's own package, as planned() and the local runs use: the same code inputs and numerics
-    p = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=timeout + 60, env=copy_env(wd))
+    e = paced(copy_env(wd), delay) if delay else copy_env(wd)
+    p = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=timeout + 60, env=e)
     if check and p.returncode != 0:
         raise AssertionError(f"snakemake on SLURM failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}")
     return p
@@ -129,11 +131,25 @@ def _since() -> str:
 
 @pytest.fixture(scope="module")
 def slurm_run(tmp_path_factory):
+    """The manual's cluster walk-through on the bundled cluster: `make slurm-run` with a study's config,
+    then the report (a small study: what is tested is the path, not the default study's size). The
+    tests below read what it left."""
     wd = copy_repo(tmp_path_factory.mktemp("slurm"))
+    (wd / ".venv").symlink_to(Path(sys.executable).parents[1])
     write_config(wd, CONFIG)
     since = _since()
-    on_slurm(wd)
-    return wd, since
+    proc = subprocess.run(
+        # -o: the environment is the one running these tests, set up already
+        ["make", "-o", ".venv/.installed", "slurm-run", "CONFIG=config/test.yaml"],
+        cwd=wd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=copy_env(wd),
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    return wd, since, proc.stdout
 
 
 def _pools(jobs: pd.DataFrame) -> pd.DataFrame:
@@ -147,7 +163,7 @@ def _runs(wd) -> list[dict]:
 
 
 def test_experiments_share_pooled_allocations_one_after_another_as_job_steps(slurm_run):
-    wd, since = slurm_run
+    wd, since, _ = slurm_run
     jobs = sacct_jobs(wd, since)
     pools = _pools(jobs)
     assert sorted(pools["pool"]) == sorted(POOLS) and (pools["state"] == "COMPLETED").all(), jobs
@@ -166,7 +182,7 @@ def test_experiments_share_pooled_allocations_one_after_another_as_job_steps(slu
 
 
 def test_a_two_thread_run_gets_two_cpus_and_uses_them(slurm_run):
-    wd, _ = slurm_run
+    wd, _, _ = slurm_run
     (meta,) = [m for m in _runs(wd) if m["blas_threads"] == 2]
     assert meta["affinity"] == [[0, 1]]  # srun --cpus-per-task=2 under task/affinity + task/cgroup
     assert [b["num_threads"] for b in meta["blas"]] == [2]
@@ -178,7 +194,7 @@ def test_each_allocation_asks_for_the_sum_of_its_members_estimates(slurm_run):
     from mpinet.launch import walltime
     from mpinet.study.experiments import expand_sweeps
 
-    wd, since = slurm_run
+    wd, since, _ = slurm_run
     pools = _pools(sacct_jobs(wd, since, extra="Timelimit")).set_index("pool")
     rows = expand_sweeps(CONFIG["experiments"], CONFIG["datasets"]).to_dict("records")
     for pool, members in POOLS.items():
@@ -192,7 +208,7 @@ def test_each_allocation_asks_for_the_sum_of_its_members_estimates(slurm_run):
 
 
 def test_results_equal_a_local_run_with_the_same_seeds(slurm_run, tmp_path):
-    wd, _ = slurm_run
+    wd, _, _ = slurm_run
     local = copy_repo(tmp_path)
     write_config(local, CONFIG)
     subprocess.run(
@@ -212,7 +228,7 @@ def test_results_equal_a_local_run_with_the_same_seeds(slurm_run, tmp_path):
 
 
 def test_second_invocation_has_nothing_to_do_and_one_change_submits_only_its_jobs(slurm_run):
-    wd, _ = slurm_run
+    wd, _, _ = slurm_run
     p = on_slurm(wd, "-n")
     assert "Nothing to be done" in p.stdout + p.stderr
     cfg = yaml.safe_load(yaml.safe_dump(CONFIG))
@@ -255,7 +271,7 @@ def test_a_pilot_runs_the_study_in_one_allocation_one_training_after_another(slu
     spans = sorted((m["timing"]["start"], m["timing"]["end"]) for m in runs)
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
     assert (wd / "results/test/metrics/runs.csv").exists() and not list(wd.glob("results/checkpoints/**/*.npz"))
-    pooled, _ = slurm_run
+    pooled, _, _ = slurm_run
     cols = ["epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy"]
     for m in sorted((wd / "results/runs").rglob("metrics.csv")):
         a, b = pd.read_csv(m)[cols], pd.read_csv(pooled / m.relative_to(wd))[cols]
@@ -300,16 +316,17 @@ def _training_job(wd, since):
     return jobs[jobs["comment"].str.startswith("rule_train") & (jobs["submit"] >= since)]
 
 
-def _act_when(wd, ready, action, args=(), polling=FAST_POLLING, wait=300):
-    """Start the workflow on SLURM, poll `ready()` until it holds, then `action(job id)` on the running
-    allocation; return the workflow's output, its exit code and what the action returned."""
+def _act_when(wd, ready, action, args=(), polling=FAST_POLLING, wait=300, delay=0.0):
+    """Start the workflow on SLURM (every training step paced by `delay`, conftest.paced), poll
+    `ready()` until it holds, then `action(job id)` on the running allocation; return the workflow's
+    output, its exit code and what the action returned."""
     proc = subprocess.Popen(
         slurm_cmd(*args, timeout=600, polling=polling),
         cwd=wd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=copy_env(wd),
+        env=paced(copy_env(wd), delay) if delay else copy_env(wd),
     )
     try:
         deadline = time.monotonic() + wait
@@ -326,20 +343,23 @@ def _act_when(wd, ready, action, args=(), polling=FAST_POLLING, wait=300):
     return out, proc.returncode, acted
 
 
-def _interrupt_after_first_checkpoint(wd, action, polling=()):
+def _interrupt_after_first_checkpoint(wd, action, polling=(), delay=0.0):
     """_act_when a checkpoint exists."""
 
     def checkpointed():
         """a checkpoint"""
         return bool(list((wd / "results/checkpoints").rglob("checkpoint.npz")))
 
-    return _act_when(wd, checkpointed, action, polling=polling)
+    return _act_when(wd, checkpointed, action, polling=polling, delay=delay)
 
 
 LONG = {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "hidden": [8], "dtype": "float64", "seed": 3}
 
 
-POOLED = {**LONG, "epochs": 9000, "seed": [1, 2, 3]}  # about 16 s each: the third saves a checkpoint (10 s)
+# paced (conftest.paced): 14 steps of 10 ms or more per epoch, so about 18 s each whatever the
+# machine's load; the third saves a checkpoint after 10 s and is cancelled before its end
+POOLED = {**LONG, "epochs": 120, "seed": [1, 2, 3]}
+STEP_DELAY = 0.01
 
 
 @pytest.mark.timeout(900)
@@ -362,7 +382,9 @@ def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_t
         subprocess.run(["scancel", job], check=True)
         return datetime.now().astimezone()
 
-    out, returncode, cancelled_at = _act_when(wd, third_started, cancel, ("--latency-wait", "10"), wait=400)
+    out, returncode, cancelled_at = _act_when(
+        wd, third_started, cancel, ("--latency-wait", "10"), wait=400, delay=STEP_DELAY
+    )
     assert returncode == 0, out[-3000:]
     pools = _pools(sacct_jobs(wd, since))
     assert pools["state"].str.split().str[0].tolist() == ["CANCELLED", "COMPLETED"], pools
@@ -379,7 +401,7 @@ def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_t
     resumed = [m for m in runs if not m.get("restored_from_checkpoint") and m["resumed_from_epoch"] > 0]
     assert len(resumed) == 1 and resumed[0]["slurm"]["SLURM_JOB_ID"] == retry
     for metrics in (wd / "results/runs").rglob("metrics.csv"):
-        assert pd.read_csv(metrics)["epoch"].tolist() == list(range(1, 9001))
+        assert pd.read_csv(metrics)["epoch"].tolist() == list(range(1, POOLED["epochs"] + 1))
     spans = sorted((m["timing"]["start"], m["timing"]["end"]) for m in runs)
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
     assert not (wd / "results/checkpoints").exists() or not list((wd / "results/checkpoints").rglob("*.*"))
@@ -399,26 +421,9 @@ def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_t
         assert np.array_equal(a["params"], b["params"])  # bit-identical to the uninterrupted run
 
 
-@pytest.mark.timeout(1200)
-def test_make_slurm_run_takes_the_default_config_to_the_report(tmp_path):
-    """The manual's cluster walk-through on the bundled cluster: `make slurm-run` with a study's config,
-    then the report (a small study: what is tested is the path, not the default study's size)."""
-    wd = copy_repo(tmp_path / "checkout")
-    (wd / ".venv").symlink_to(Path(sys.executable).parents[1])
-    write_config(wd, CONFIG)
-    since = _since()
-    proc = subprocess.Popen(
-        # -o: the environment is the one running these tests, set up already
-        ["make", "-o", ".venv/.installed", "slurm-run", "CONFIG=config/test.yaml"],
-        cwd=wd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env(),
-    )
-    lines = list(proc.stdout)
-    assert proc.wait(timeout=60) == 0, "".join(lines[-60:])
-    assert any("steps (100%) done" in line for line in lines)
+def test_make_slurm_run_pools_the_study_and_builds_the_report(slurm_run):
+    wd, since, output = slurm_run
+    assert "steps (100%) done" in output
     jobs = sacct_jobs(wd, since)
     pools = _pools(jobs)
     from mpinet.study.experiments import expand_sweeps
@@ -433,7 +438,7 @@ def test_make_slurm_run_takes_the_default_config_to_the_report(tmp_path):
     assert len(jobs) <= 8, jobs  # with the two data preparation jobs
     assert pools["name"].str.startswith("mpinet_").all()
     assert len(_runs(wd)) == len(experiments)
-    assert "not able to get a SLURM account" not in "".join(lines)
+    assert "not able to get a SLURM account" not in output
     assert len(list((wd / "results/test/plots").glob("*/*.png"))) == len(NAMES)  # every figure of iris
     assert (wd / "results/test/report.html").stat().st_size > 500_000
 

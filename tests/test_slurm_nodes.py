@@ -24,6 +24,7 @@ from conftest import REPO, env
 from test_slurm import (
     CONFIG,
     FAST_POLLING,
+    STEP_DELAY,
     _interrupt_after_first_checkpoint,
     _since,
     _training_job,
@@ -48,8 +49,8 @@ SPREAD = [
     # hybrid: 2 BLAS threads per rank, one rank per node
     {**F64, "algorithm": "allreduce", "ranks": 2, "nodes": 2, "blas_threads": 2, "seed": 5},
 ]
-# long enough on the namespaced nodes for a checkpoint (every 10 s) before the kill
-LONG = {**F64, "algorithm": "allreduce", "ranks": 2, "nodes": 2, "epochs": 6000, "seed": 3}
+# paced by STEP_DELAY (conftest.paced): about 20 s, a checkpoint (every 10 s) before the kill
+LONG = {**F64, "algorithm": "allreduce", "ranks": 2, "nodes": 2, "epochs": 140, "seed": 3}
 
 
 def cluster_script(*args, timeout=300):
@@ -176,7 +177,9 @@ def test_a_node_losing_its_ranks_ends_the_job_and_the_retry_resumes_bit_identica
     since = _since()
     # latency-wait 10: a failed pool's retry waits that long for the logs of members that never started
     polling = [*FAST_POLLING, "--latency-wait", "10"]
-    out, returncode, (node, killed) = _interrupt_after_first_checkpoint(wd, _kill_ranks_on_one_node, polling)
+    out, returncode, (node, killed) = _interrupt_after_first_checkpoint(
+        wd, _kill_ranks_on_one_node, polling, delay=STEP_DELAY
+    )
     assert returncode == 0, out[-3000:]
     jobs = sacct_jobs(wd, since)
     train = jobs[jobs["comment"].str.startswith("rule_train")]
@@ -188,7 +191,7 @@ def test_a_node_losing_its_ranks_ends_the_job_and_the_retry_resumes_bit_identica
     run = run_of(wd, "allreduce", seed=3)
     meta = json.loads((run / "run.json").read_text())
     assert meta["resumed_from_epoch"] > 0 and meta["nodes"] == 2
-    assert pd.read_csv(run / "metrics.csv")["epoch"].tolist() == list(range(1, 6001))
+    assert pd.read_csv(run / "metrics.csv")["epoch"].tolist() == list(range(1, LONG["epochs"] + 1))
 
     local = copy_repo(tmp_path)
     write_config(local, {"datasets": DATASETS, "experiments": [LONG]})
@@ -215,18 +218,20 @@ def test_the_nodes_benchmark_times_one_node_against_two():
 @pytest.mark.timeout(900)
 def test_a_job_past_its_time_limit_is_retried_and_resumed(tmp_path):
     wd = copy_for_nodes(tmp_path)
-    # about 85 s of training: the first attempt's minute (start-up included) ends in the middle
-    write_config(wd, {"datasets": CONFIG["datasets"], "experiments": [{**SINGLE_NODE_LONG, "epochs": 50000}]})
+    # about 95 s of training paced by STEP_DELAY (conftest.paced), whatever the machine's load: SLURM
+    # ends the first attempt after its minute (and up to 30 s more, its check's period) in the middle
+    epochs = 640
+    write_config(wd, {"datasets": CONFIG["datasets"], "experiments": [{**SINGLE_NODE_LONG, "epochs": epochs}]})
     # one minute for the first attempt, ten for the retry; the pool's microbenchmark adds none
     limit = ["--set-resources", "train_mpi:runtime=1 if attempt == 1 else 10", "commbench:runtime=0"]
     since = _since()
-    p = on_slurm(wd, *limit, "--latency-wait", "10", timeout=600)
+    p = on_slurm(wd, *limit, "--latency-wait", "10", timeout=600, delay=STEP_DELAY)
     jobs = _training_job(wd, since)
     assert jobs["state"].tolist() == ["TIMEOUT", "COMPLETED"], (jobs, p.stdout[-2000:])
     meta = json.loads(next((wd / "results/runs").rglob("run.json")).read_text())
     assert meta["resumed_from_epoch"] > 0
     metrics = pd.read_csv(next((wd / "results/runs").rglob("metrics.csv")))
-    assert metrics["epoch"].tolist() == list(range(1, 50001))
+    assert metrics["epoch"].tolist() == list(range(1, epochs + 1))
 
 
 @pytest.mark.restarts_cluster

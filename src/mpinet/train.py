@@ -13,11 +13,11 @@ from pathlib import Path
 
 from mpinet import MpinetError
 from mpinet.datasets import dataset
-from mpinet.engine.checkpoint import Store, keep_run_record, remove_checkpoint, run_record
+from mpinet.engine.checkpoint import Store, keep_run_record, kept_timeline, remove_checkpoint, run_record
 from mpinet.engine.comm import Comm, world
 from mpinet.engine.loop import train
 from mpinet.engine.options import Options, option_flag
-from mpinet.engine.runfiles import run_metadata, write_outputs
+from mpinet.engine.runfiles import run_metadata, run_timeline, write_outputs
 
 # one-at-a-time: the workflow ran no other training job beside this one (local runs);
 # exclusive-node: SLURM gave the job whole nodes; shared: neither; unknown: started by hand
@@ -136,16 +136,17 @@ def _train_and_record(args: argparse.Namespace, opts: Options, comm: Comm, log) 
     meta["peak_rss_mb"] = comm.max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # max over ranks
     if comm.rank != 0:
         return
+    timeline = run_timeline(result, opts, meta)
     if ck is not None and result.resumed_from_epoch == opts.epochs and (kept := run_record(ck)):
-        # a finished run's outputs rebuilt from its final checkpoint: its own record
-        meta = dict(kept, restored_from_checkpoint=_now())
+        # a finished run's outputs rebuilt from its final checkpoint: its own record and timeline
+        meta, timeline = dict(kept, restored_from_checkpoint=_now()), kept_timeline(ck)
         log("restored the finished run from its final checkpoint; nothing was trained")
     keep = args.keep_final_checkpoint == "yes" or (
         args.keep_final_checkpoint == "auto" and "SLURM_JOB_ID" in os.environ
     )
     if ck is not None and keep:
-        keep_run_record(ck, meta)  # first: killed before the outputs, the retry still restores
-    write_outputs(Path(args.out), result, opts, arrays, meta)
+        keep_run_record(ck, meta, timeline)  # first: killed before the outputs, the retry still restores
+    write_outputs(Path(args.out), result, opts, arrays, meta, timeline)
     if ck is not None and not keep:
         remove_checkpoint(ck)
     log(f"wrote {args.out}")

@@ -34,6 +34,18 @@ rule aggregate:
             category="Tables",
             labels={"table": "per configuration (seeds summarized)"},
         ),
+        environment=report(
+            f"{STUDY_DIR}/metrics/environment.csv",
+            caption="../report/environment.rst",
+            category="Tables",
+            labels={"table": "where it ran"},
+        ),
+        accounting=report(
+            f"{STUDY_DIR}/metrics/accounting.csv",
+            caption="../report/accounting.rst",
+            category="Tables",
+            labels={"table": "SLURM accounting"},
+        ),
     log:
         f"logs/{STUDY}/aggregate.log",
     localrule: True

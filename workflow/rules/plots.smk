@@ -3,6 +3,7 @@ rule plots:
         epochs=rules.aggregate.output.epochs,
         runs=rules.aggregate.output.runs,
         model=rules.aggregate.output.model,
+        environment=rules.aggregate.output.environment,
         summary="resources/data/{dataset}/summary.json",
         confusions=lambda w: GRID.confusion_files(w.dataset),
     output:

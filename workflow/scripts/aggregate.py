@@ -8,4 +8,5 @@ o = sm.output
 target = sm.params.target_accuracy
 front_page = (sm.params.description, sm.params.study, o.front_page)
 tables = (o.epochs, o.runs, o.seeds, sm.input.bench, o.model, front_page, sm.params.references, o.references)
-run_script(sm.log[0], write_tables, sm.params.runs, target, *tables)
+extra = {"environment_csv": o.environment, "accounting_csv": o.accounting}
+run_script(sm.log[0], write_tables, sm.params.runs, target, *tables, **extra)

@@ -7,6 +7,8 @@ import numpy as np
 import pandas as pd
 
 from mpinet import MpinetError
+from mpinet.analysis.accounting import accounting_table
+from mpinet.analysis.environment import environment_table
 from mpinet.analysis.references import evaluate
 from mpinet.analysis.summary import headline_rst
 from mpinet.engine.loop import METRIC_COLUMNS
@@ -126,12 +128,17 @@ def run_row(run_dir: str, g: pd.DataFrame, target_accuracy: float) -> dict:
         "final_train_loss": g["train_loss"].iloc[-1],
         "median_epoch_s": timed["time_s"].median(),
         "iqr_epoch_s": timed["time_s"].quantile(0.75) - timed["time_s"].quantile(0.25),
+        "p95_epoch_s": timed["time_s"].quantile(0.95),
+        # the step times' median and 95th percentile in a typical epoch (the median over the epochs of
+        # each epoch's own percentiles; NaN in runs before 0.5)
+        "median_step_s": _median_of(timed, "step_p50_s"),
+        "p95_step_s": _median_of(timed, "step_p95_s"),
         "median_compute_s": timed["compute_s"].median(),
         "median_comm_s": timed["comm_s"].median(),
         # comm_s split: waiting for the slowest rank, and moving the bytes (NaN in runs before 0.3)
-        "median_wait_s": timed["wait_s"].median() if "wait_s" in timed else np.nan,
-        "median_wait_max_s": timed["wait_max_s"].median() if "wait_max_s" in timed else np.nan,
-        "median_transfer_s": timed["transfer_s"].median() if "transfer_s" in timed else np.nan,
+        "median_wait_s": _median_of(timed, "wait_s"),
+        "median_wait_max_s": _median_of(timed, "wait_max_s"),
+        "median_transfer_s": _median_of(timed, "transfer_s"),
         "nodes": first.get("nodes", 1),
         "isolated": first.get("isolation", "unknown") in ISOLATED,
         # more ranks x threads than the hosts had cores: no speedup can be expected
@@ -142,6 +149,11 @@ def run_row(run_dir: str, g: pd.DataFrame, target_accuracy: float) -> dict:
         "samples_per_s": first["train_samples"] * len(g) / total if total > 0 else np.nan,
         "time_to_target_s": g["time_s"].cumsum()[g["epoch"] <= reached.iloc[0]].iloc[-1] if len(reached) else np.nan,
     }
+
+
+def _median_of(epochs: pd.DataFrame, column: str) -> float:
+    """The median of a metrics.csv column that runs recorded by an older release lack (NaN then)."""
+    return pd.to_numeric(epochs[column], errors="coerce").median() if column in epochs else np.nan
 
 
 def baseline_key(runs: pd.DataFrame) -> pd.Series:
@@ -235,11 +247,23 @@ def write_tables(
     front_page=None,
     references=None,
     references_csv=None,
+    environment_csv=None,
+    accounting_csv=None,
 ) -> None:
     """The three tables; with the microbenchmark's CSV also the cost model's predictions (model_csv)
-    and each run's model error (runs.csv); with references, each one's check (references_csv)."""
+    and each run's model error (runs.csv); with references, each one's check (references_csv); the
+    environment the runs recorded (environment_csv, also on the front page) and SLURM's accounting of
+    each run (accounting_csv, its columns also in runs.csv)."""
     epochs = load_epochs(runs)
     per_run = summarize_runs(epochs, target_accuracy)
+    records = [(str(Path(r["dir"])), json.loads((Path(r["dir"]) / RECORD_FILE).read_text())) for r in runs]
+    environment = environment_table([meta for _, meta in records])
+    if environment_csv is not None:
+        environment.to_csv(environment_csv, index=False)
+    if accounting_csv is not None:
+        accounting = accounting_table(records)
+        accounting.to_csv(accounting_csv, index=False)
+        per_run = per_run.merge(accounting, on="run_dir", how="left")
     if bench_csv is not None:
         per_run, model = add_model(per_run, pd.read_csv(bench_csv))
         model.to_csv(model_csv, index=False)
@@ -252,7 +276,7 @@ def write_tables(
         checked.to_csv(references_csv, index=False)
     if front_page is not None:  # (description text, study, output): the report's front page with the headline
         description, study, out = front_page
-        Path(out).write_text(headline_rst(runs_csv, description, study, checked))
+        Path(out).write_text(headline_rst(runs_csv, description, study, checked, environment))
 
 
 MODEL_RANKS = range(1, 33)

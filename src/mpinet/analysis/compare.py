@@ -1,7 +1,8 @@
-"""A/B comparison of two result sets (`make compare A=results/x B=results/y`): the experiments both
-hold, B ÷ A of epoch time and speedup with a 95 % interval, and a verdict that knows the direction
-and the launch noise. Each launch (repeat) is one observation (mpinet.analysis.confidence.compare_launches),
-so the many epochs of one launch cannot fake significance."""
+"""A/B comparison of two result sets (`make compare A=results/x B=results/y`): first what differs in
+where they ran (mpinet.analysis.environment), then the experiments both hold, B ÷ A of epoch time,
+speedup and the 95th percentile of the step time (the tail) with a 95 % interval, and a verdict that
+knows the direction and the launch noise. Each launch (repeat) is one observation
+(mpinet.analysis.confidence.compare_launches), so the many epochs of one launch cannot fake significance."""
 
 import argparse
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from mpinet import MpinetError
+from mpinet.analysis.environment import differences, read_environment
 from mpinet.files import atomic_path
 from mpinet.study.experiments import COLUMNS, varying
 
@@ -17,10 +19,15 @@ KEYS = ["dataset", *(c for c in COLUMNS if c != "repeat")]
 VERDICTS = ("faster", "slower", "no difference detected")
 
 
+def runs_path(results: str | Path) -> Path:
+    """runs.csv of a study's results directory (results/<study>), or the CSV itself."""
+    path = Path(results)
+    return path if path.suffix == ".csv" else path / "metrics" / "runs.csv"
+
+
 def read_runs(results: str | Path) -> pd.DataFrame:
     """runs.csv of a study's results directory (results/<study>, or the CSV itself)."""
-    path = Path(results)
-    path = path if path.suffix == ".csv" else path / "metrics" / "runs.csv"
+    path = runs_path(results)
     try:
         runs = pd.read_csv(path)
     except (OSError, ValueError) as e:
@@ -54,18 +61,23 @@ def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
             time_ratio_ci_high=time["ratio_ci_high"],
             verdict=_verdict(time),
         )
-        speed_a, speed_b = sides["A"]["speedup"].dropna(), sides["B"]["speedup"].dropna()
-        if len(speed_a) and len(speed_b):
-            speed = compare_launches(speed_a.to_numpy(), speed_b.to_numpy())
-            row.update(
-                speedup_ratio=speed["ratio"],
-                speedup_ratio_ci_low=speed["ratio_ci_low"],
-                speedup_ratio_ci_high=speed["ratio_ci_high"],
-            )
+        for measure, prefix in (("speedup", "speedup_ratio"), ("p95_step_s", "tail_ratio")):
+            row.update(_ratio(sides, measure, prefix, compare_launches))
         rows.append(row)
     columns = [*KEYS, "experiment", "launches_a", "launches_b", "time_ratio", "time_ratio_ci_low"]
-    columns += ["time_ratio_ci_high", "speedup_ratio", "speedup_ratio_ci_low", "speedup_ratio_ci_high", "verdict"]
+    columns += ["time_ratio_ci_high", "speedup_ratio", "speedup_ratio_ci_low", "speedup_ratio_ci_high"]
+    columns += ["tail_ratio", "tail_ratio_ci_low", "tail_ratio_ci_high", "verdict"]
     return pd.DataFrame(rows).reindex(columns=columns)
+
+
+def _ratio(sides: dict, measure: str, prefix: str, compare_launches) -> dict:
+    """B ÷ A of one runs.csv measure with its interval, where both sides have it (an older runs.csv
+    has no step percentiles)."""
+    a, b = (sides[s][measure].dropna() if measure in sides[s] else pd.Series(dtype=float) for s in ("A", "B"))
+    if not (len(a) and len(b)):
+        return {}
+    r = compare_launches(a.to_numpy(), b.to_numpy())
+    return {prefix: r["ratio"], f"{prefix}_ci_low": r["ratio_ci_low"], f"{prefix}_ci_high": r["ratio_ci_high"]}
 
 
 def _verdict(time: dict) -> str:
@@ -105,6 +117,7 @@ def text_table(table: pd.DataFrame) -> str:
                 "launches A/B": f"{int(r['launches_a'])}/{int(r['launches_b'])}",
                 "epoch time B/A": ci(r, "time_ratio"),
                 "speedup B/A": ci(r, "speedup_ratio"),
+                "p95 step B/A": ci(r, "tail_ratio"),
                 "verdict": r["verdict"],
             }
         )
@@ -157,6 +170,12 @@ def main(argv=None) -> int:
     except MpinetError as e:
         print(f"mpinet.analysis.compare: error: {e}", file=sys.stderr)
         return 1
+    a_env, b_env = (read_environment(runs_path(x).with_name("environment.csv")) for x in (args.a, args.b))
+    differ = differences(a_env, b_env)
+    print("where they ran:", "the same (every field of environment.csv)" if not differ else "")
+    for line in differ:
+        print(f"  {line}")
+    print()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / "compare.csv") as tmp:

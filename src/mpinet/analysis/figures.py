@@ -19,6 +19,7 @@ FIGURES = (
     Figure("confusion", "Training curves", "confusion matrix"),
     Figure("scaling", "Scaling", "speedup and efficiency"),
     Figure("time_split", "Scaling", "compute vs communication"),
+    Figure("timeline", "Scaling", "per-rank timeline"),
     Figure("class_counts", "Data", "samples per class"),
 )
 NAMES = tuple(f.name for f in FIGURES)

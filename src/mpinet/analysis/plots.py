@@ -13,7 +13,9 @@ from matplotlib.ticker import ScalarFormatter
 
 from mpinet import MpinetError
 from mpinet.analysis.costmodel import COMPUTE_KEYS
+from mpinet.analysis.environment import read_environment, short_form
 from mpinet.analysis.figures import NAMES
+from mpinet.analysis.timelines import timeline_figure
 from mpinet.files import atomic_path
 from mpinet.study.experiments import variant_values, varying
 
@@ -109,13 +111,20 @@ def data_size(epochs: pd.DataFrame, title: str, path) -> dict:
     return _finish(fig, axes, f"{title}: loss and accuracy by training-set size (band: min to max over seeds)", path)
 
 
-def scaling(runs: pd.DataFrame, title: str, path, original: bool = False, model: pd.DataFrame | None = None) -> dict:
+def scaling(
+    runs: pd.DataFrame,
+    title: str,
+    path,
+    original: bool = False,
+    model: pd.DataFrame | None = None,
+    where: str | None = None,
+) -> dict:
     """Strong scaling (speedup and parallel efficiency against the 1-rank serial run on the same
     data, with the ideal lines), weak scaling when the study sweeps samples_per_rank, and the final
     accuracy each design reached. Bars: the 95 % bootstrap interval over launches and epochs (the
     widest over seeds); hollow markers: a run or its baseline was not timed alone;
     x: more ranks than cores. `model` adds the cost model's lines, `original` the original
-    project's Intel numbers."""
+    project's Intel numbers, `where` a line under the figure saying on what it ran."""
     labelled = _label(runs)
     variants = sorted(labelled["variant"].unique())
     df = labelled[labelled["algorithm"] != "serial"].dropna(subset=["speedup"])
@@ -147,7 +156,10 @@ def scaling(runs: pd.DataFrame, title: str, path, original: bool = False, model:
     if len(weak):
         _weak_panel(axes[2], weak, variants)
     held = "per-epoch time (the global batch grows with ranks)"
-    return _finish(fig, axes, f"{title}: scaling of the {held}", path, legend=False)  # _scaling_axes placed the legends
+    if where:
+        fig.text(0.01, 0.005, f"ran on: {where}", fontsize=7, color="#555555", ha="left", va="bottom")
+    # _scaling_axes placed the legends
+    return _finish(fig, axes, f"{title}: scaling of the {held}", path, legend=False, bottom=0.05 if where else 0)
 
 
 def _bars(df: pd.DataFrame, measure: str) -> pd.DataFrame:
@@ -419,6 +431,7 @@ def plot_dataset(
     out: dict,
     target: float | None = None,
     model_csv=None,
+    environment_csv=None,
 ) -> dict:
     """Every figure of one dataset (mpinet.analysis.figures); confusions are its runs' confusion.csv
     files, out maps figure name -> PNG path. Returns each figure's texts."""
@@ -433,11 +446,14 @@ def plot_dataset(
         model = model[model["dataset"] == dataset] if len(model) else model
     # every figure of generated data says so, so no one mistakes it for the real photographs
     name = f"{dataset} (synthetic data)" if json.loads(Path(summary_json).read_text()).get("synthetic") else dataset
+    environment = read_environment(environment_csv) if environment_csv is not None else None
+    where = short_form(environment) if environment is not None else None
     texts = {
         "curves": training_curves(e, name, out["curves"]),
         "data_size": data_size(e, name, out["data_size"]),
-        "scaling": scaling(r, name, out["scaling"], original=dataset == "intel", model=model),
+        "scaling": scaling(r, name, out["scaling"], original=dataset == "intel", model=model, where=where),
         "time_split": time_split(r, name, out["time_split"]),
+        "timeline": timeline_figure(r, name, out["timeline"]),
         "time_to_accuracy": time_to_accuracy(e, name, out["time_to_accuracy"], target),
         "class_counts": class_counts(summary_json, name, out["class_counts"]),
     }
@@ -485,14 +501,15 @@ def _palette(df: pd.DataFrame) -> dict:
     return {DESIGN_NAMES[a]: c for a, c in DESIGN_COLORS.items() if a in set(df["algorithm"])}
 
 
-def _finish(fig, axes, title: str, path, legend: bool = True) -> dict:
-    """Title, save atomically and close; returns the figure's texts (title, axis labels, legend entries)."""
+def _finish(fig, axes, title: str, path, legend: bool = True, bottom: float = 0) -> dict:
+    """Title, save atomically and close; returns the figure's texts (title, axis labels, legend entries).
+    `bottom`: the share of the figure's height kept free below the axes (for a footnote)."""
     fig.suptitle(title, fontsize=11)
     if legend:
         for ax in axes:
             if ax.get_legend() is not None:  # redraw, so lines added after seaborn's legend appear too
                 ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     texts = {
         "title": title,
         "xlabels": [ax.get_xlabel() for ax in axes],

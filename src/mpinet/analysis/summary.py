@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mpinet.analysis.environment import environment_rst
 from mpinet.analysis.references import breach_lines
 from mpinet.study.experiments import varying
 
@@ -55,9 +56,13 @@ def _ci_column(runs: pd.DataFrame, g, measure: str) -> pd.Series:
     return text.where(low.notna(), "-")
 
 
-def headline_rst(runs_csv, description: str, study: str, references: pd.DataFrame | None = None) -> str:
+def headline_rst(
+    runs_csv, description: str, study: str, references: pd.DataFrame | None = None, environment=None
+) -> str:
     """The report's front page: the study's headline numbers first (per dataset and variant, the
-    best speedup of each design timed alone, and what it cost in accuracy), then the description."""
+    best speedup of each design timed alone, and what it cost in accuracy), the references' verdicts,
+    where it ran (mpinet.analysis.environment), then the description."""
+
     runs = pd.read_csv(runs_csv)
     columns = varying(runs)
     lines = [f"Study **{study}**: headline numbers", "", ".. list-table::", "   :header-rows: 1", ""]
@@ -90,7 +95,8 @@ def headline_rst(runs_csv, description: str, study: str, references: pd.DataFram
         "and its final test accuracy beside the serial run's. The scaling figures show every point, "
         "the spread and the cost model."
     )
-    return "\n".join([*lines, "", note, "", *_references_rst(references), description])
+    where = environment_rst(environment) if environment is not None and len(environment) else []
+    return "\n".join([*lines, "", note, "", *_references_rst(references), *where, description])
 
 
 def _references_rst(references: pd.DataFrame | None) -> list[str]:

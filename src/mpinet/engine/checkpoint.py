@@ -14,6 +14,7 @@ import numpy as np
 
 from mpinet.datasets import dataset
 from mpinet.engine.options import Options
+from mpinet.engine.timeline import TIMELINE_FILE
 from mpinet.files import atomic_path, temporary_path, write_text
 from mpinet.fingerprints import NUMERICS
 from mpinet.layout import CHECKPOINTS, RECORD_FILE
@@ -123,10 +124,25 @@ def _difference(theirs: str, ours: str) -> str:
     return " and ".join(words.get(k, k) for k in changed) or "by another run"
 
 
-def keep_run_record(path: Path, meta: dict) -> None:
-    """Keep a finished run's run.json beside its final checkpoint: a run restored from that
-    checkpoint reports when and where it really trained, not the restore."""
+def timeline_path(path: Path) -> Path:
+    """The timeline a final checkpoint keeps beside it (keep_run_record)."""
+    return path.with_name(f"{path.name}.{TIMELINE_FILE}")
+
+
+def keep_run_record(path: Path, meta: dict, timeline: dict | None = None) -> None:
+    """Keep a finished run's run.json (and timeline) beside its final checkpoint: a run restored
+    from that checkpoint reports when and where it really trained, not the restore."""
+    if timeline is not None:
+        write_text(timeline_path(path), json.dumps(timeline))
     write_text(record_path(path), json.dumps(meta, indent=2))
+
+
+def kept_timeline(path: Path) -> dict | None:
+    """The timeline kept with a final checkpoint, or None."""
+    try:
+        return json.loads(timeline_path(path).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def run_record(path: Path) -> dict | None:
@@ -141,7 +157,7 @@ def remove_checkpoint(path: Path) -> None:
     """Delete the checkpoint's files and the folders that held only them: up to the checkpoints
     root (mpinet.layout.CHECKPOINTS, itself included) when the path lies under it, else only the
     checkpoint's own folder."""
-    for p in (path, _metrics_path(path), _tmp_path(path), record_path(path)):
+    for p in (path, _metrics_path(path), _tmp_path(path), record_path(path), timeline_path(path)):
         p.unlink(missing_ok=True)
     folder = path.parent.absolute()
     root = _checkpoints_root(folder) or folder

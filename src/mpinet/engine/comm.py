@@ -80,24 +80,35 @@ class Comm:
         if self.mpi is not None:
             self.mpi.Bcast(buf, root=root)
 
-    def server_step(self, params: np.ndarray, inbox: np.ndarray) -> None:
+    def server_step(self, params: np.ndarray, inbox: np.ndarray, serve: list | None = None) -> None:
         """Parameter server: receive every worker's gradient, update the main weights, send them back.
 
         inbox: float[workers, n_params]. All receives are posted at once, so a slow worker
-        never holds up the others' messages; applying them in rank order after Waitall keeps
-        the result deterministic.
+        never holds up the others' messages; applying them in rank order after they all arrived
+        keeps the result deterministic. `serve`, when given, gets [what, worker, start, end]
+        (perf_counter) for each gradient's arrival, each update applied and the weights sent.
         """
         from mpi4py import MPI
 
         t = time.perf_counter()
         reqs = [self.mpi.Irecv(inbox[w - 1], source=w, tag=PS_GRAD_TAG) for w in range(1, self.size)]
-        MPI.Request.Waitall(reqs)
+        if serve is None:
+            MPI.Request.Waitall(reqs)
+        else:  # the same messages, one at a time, to see who arrived when
+            for _ in reqs:
+                w = MPI.Request.Waitany(reqs) + 1
+                serve.append(["receive", w, t, time.perf_counter()])
         self.seconds += time.perf_counter() - t
-        for grad in inbox:  # in rank order, so the result is deterministic
+        for w, grad in enumerate(inbox, start=1):  # in rank order, so the result is deterministic
+            a = time.perf_counter() if serve is not None else 0.0
             params -= grad
+            if serve is not None:
+                serve.append(["apply", w, a, time.perf_counter()])
         t = time.perf_counter()
         reqs = [self.mpi.Isend(params, dest=w, tag=PS_WEIGHTS_TAG) for w in range(1, self.size)]
         MPI.Request.Waitall(reqs)
+        if serve is not None:
+            serve.append(["send", 0, t, time.perf_counter()])
         self.seconds += time.perf_counter() - t
         self.bytes_sent += params.nbytes * (self.size - 1)
 
@@ -111,6 +122,10 @@ class Comm:
 
     def gather_strings(self, value: str) -> list[str]:
         """Every rank's value, on every rank (small strings; pickled lowercase call is fine here)."""
+        return self.gather_objects(value)
+
+    def gather_objects(self, value) -> list:
+        """Every rank's small picklable value, on every rank, in rank order (bookkeeping, not timed)."""
         return [value] if self.mpi is None else self.mpi.allgather(value)
 
     def abort(self, code: int = 1) -> None:
@@ -161,7 +176,7 @@ class GradientAllreduce:
         # serial: backward applies the update itself (mpinet.engine.blas), there is nothing to exchange
         self.updates_in_backward = comm.mpi is None
 
-    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int) -> None:
+    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None) -> None:
         if not self.updates_in_backward:
             self.comm.sum_inplace(grads)
             params -= grads
@@ -177,7 +192,7 @@ class LocalSGD:
     def __init__(self, comm: Comm, every: int):
         self.comm, self.every = comm, every
 
-    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int) -> None:
+    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None) -> None:
         if (k + 1) % self.every == 0 or k == steps - 1:
             self.comm.sum_inplace(params)
             params *= params.dtype.type(1.0 / self.comm.size)
@@ -194,11 +209,12 @@ class ParameterServer:
         self.trains = comm.rank != 0
         self.inbox = None if self.trains else np.empty((comm.size - 1, n_params), dtype=dtype)
 
-    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int) -> None:
+    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None) -> None:
+        """`serve`: a list the server appends what it did when (Comm.server_step), or None."""
         if self.trains:
             self.comm.worker_step(params, grads)
         else:
-            self.comm.server_step(params, self.inbox)
+            self.comm.server_step(params, self.inbox, serve)
 
 
 def exchange_for(algorithm: str, sync_every: int, comm: Comm, n_params: int, dtype):

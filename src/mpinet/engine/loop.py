@@ -45,8 +45,13 @@ METRIC_COLUMNS = (
     "transfer_max_s",
     "eval_s",
     "bytes_sent",
+    "step_p50_s",
+    "step_p95_s",
 )
 EVAL_BATCH = 1024
+# the steps of the last epoch a run's timeline records (a bounded sample: the file stays small
+# whatever the run's length)
+TIMELINE_STEPS = 40
 
 
 @dataclass
@@ -56,6 +61,9 @@ class Result:
     metrics: list[dict] = field(default_factory=list)  # one row per epoch, METRIC_COLUMNS
     confusion: np.ndarray | None = None  # int64[classes, classes]: rows true, columns predicted
     resumed_from_epoch: int = 0
+    # every rank's record of the last epoch's first TIMELINE_STEPS steps (rank 0; None when the
+    # last epoch was not trained in this launch): a list of StepTrace.as_dict()
+    timeline: list[dict] | None = None
 
 
 def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=None) -> Result:
@@ -76,6 +84,9 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=Non
     comm.bcast(run.params)  # identical weights everywhere, whatever a rank's RNG or file did
 
     for epoch in range(start_epoch + 1, opts.epochs + 1):
+        if epoch == opts.epochs:  # the timeline's epoch: its ranks start together on one time axis
+            comm.max_untimed(np.zeros(1))
+            run.trace = StepTrace(comm.rank, run.exchange.trains, TIMELINE_STEPS)
         sums, timings = run.train_epoch(epoch)
         # evaluation on the whole test set, and the epoch's metrics reduced over the ranks
         t0 = time.perf_counter()
@@ -98,7 +109,32 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=Non
             store.offer(run.params, epoch, result.metrics, last=epoch == opts.epochs)
     if result.confusion is None:  # resumed after the last epoch: evaluate once for the matrix
         _, result.confusion = run.evaluate()
+    if run.trace is not None:
+        result.timeline = comm.gather_objects(run.trace.as_dict())
     return result
+
+
+@dataclass
+class StepTrace:
+    """When one rank's first `limit` steps of an epoch computed, waited for the slowest rank and moved
+    bytes, in seconds from the epoch's start; and, on a parameter server, when it served whom."""
+
+    rank: int
+    trains: bool
+    limit: int
+    steps: list = field(default_factory=list)  # [start, arrived at the exchange, left it, waited]
+    serve: list = field(default_factory=list)  # [step, what, worker, start, end] (Comm.server_step)
+
+    def record(self, t0: float, marks: np.ndarray, waits: np.ndarray) -> None:
+        """The traced steps from their exchange's arrival and departure times (perf_counter)."""
+        start = t0
+        for (arrived, done), wait in zip(marks.tolist(), waits.tolist()):
+            self.steps.append([start - t0, arrived - t0, done - t0, wait])
+            start = done
+        self.serve = [[k, what, worker, a - t0, b - t0] for k, what, worker, a, b in self.serve]
+
+    def as_dict(self) -> dict:
+        return {"rank": self.rank, "trains": self.trains, "steps": self.steps, "serve": self.serve}
 
 
 @dataclass
@@ -121,6 +157,7 @@ class _Run:
     subset: np.ndarray | None  # their indices into the memory map, or None for all rows
     ws: Workspace
     xbuf: np.ndarray
+    trace: StepTrace | None = None  # set for the epoch whose steps the timeline records
 
     @classmethod
     def start(cls, arrays: dataset.Arrays, opts: Options, comm: Comm) -> "_Run":
@@ -154,6 +191,8 @@ class _Run:
         comm_before, bytes_before = comm.seconds, comm.bytes_sent
         # per communicating step, the compute since the last exchange: the slowest rank's sets the wait
         computed, talked = np.zeros(steps), np.zeros(steps, dtype=bool)
+        marks = np.empty((steps, 2))  # when each step reached its exchange and when it left it
+        traced = min(steps, self.trace.limit) if self.trace is not None else 0
         t0 = time.perf_counter()
         left = t0
         for k in range(steps):
@@ -168,11 +207,20 @@ class _Run:
                 sums += _gradient(self, x, y, scale)
             # exchange: combine the ranks' updates and step (Allreduce, local SGD or the server)
             before, arrived = comm.seconds, time.perf_counter()
-            self.exchange.step(self.params, self.grads, k, steps)
+            serve = [] if k < traced else None  # what a parameter server did when, in traced steps
+            self.exchange.step(self.params, self.grads, k, steps, serve)
+            done = time.perf_counter()
             if comm.seconds != before:
-                computed[k], talked[k], left = arrived - left, True, time.perf_counter()
+                computed[k], talked[k], left = arrived - left, True, done
+            marks[k] = arrived, done
+            if serve:
+                self.trace.serve += [[k, *entry] for entry in serve]
         t_train = time.perf_counter() - t0
-        return sums, (t_train, _waited(comm, computed, talked), comm_before, bytes_before)
+        waits, step_times = _slowest(comm, computed, talked, np.diff(marks[:, 1], prepend=t0))
+        if traced:
+            self.trace.record(t0, marks[:traced], waits[:traced])
+        p50, p95 = np.percentile(step_times, [50, 95]) if steps else (0.0, 0.0)
+        return sums, (t_train, float(waits.sum()), comm_before, bytes_before, p50, p95)
 
     def evaluate(self):
         a = self.arrays
@@ -270,17 +318,19 @@ def _evaluate(net, layers, x_all, y_all, comm: Comm, batch: int):
     return sums[:3], sums[3:].reshape(k, k).astype(np.int64)
 
 
-def _waited(comm: Comm, computed: np.ndarray, talked: np.ndarray) -> float:
-    """Seconds this rank sat in the epoch's exchanges waiting for the slowest rank to arrive, from
-    timestamps alone (no barrier): ranks leave an exchange together, so a rank that computed c
-    while the slowest computed max(c) waits max(c) - c before any byte can move."""
-    slowest = computed.copy()
-    comm.max_untimed(slowest)
-    return float((slowest - computed)[talked].sum())
+def _slowest(comm: Comm, computed: np.ndarray, talked: np.ndarray, durations: np.ndarray):
+    """Per step, the seconds this rank sat in the exchange waiting for the slowest rank to arrive, and
+    the step's duration on the slowest rank (one reduction for both). From timestamps alone (no
+    barrier): ranks leave an exchange together, so a rank that computed c while the slowest
+    computed max(c) waits max(c) - c before any byte can move."""
+    both = np.concatenate([computed, durations])
+    comm.max_untimed(both)
+    slowest, step_times = both[: len(computed)], both[len(computed) :]
+    return np.where(talked, slowest - computed, 0.0), step_times
 
 
 def _epoch_row(epoch, sums, test_sums, timings, comm: Comm, trains: bool):
-    t_train, t_eval, waited, comm_before, bytes_before = timings
+    t_train, t_eval, waited, comm_before, bytes_before, p50, p95 = timings
     comm_s = comm.seconds - comm_before
     waited = min(waited, comm_s)  # a wait is spent inside the exchange's time
     per_rank = np.array([(t_train - comm_s) * trains, comm_s * trains, trains, waited * trains], dtype=np.float64)
@@ -301,4 +351,7 @@ def _epoch_row(epoch, sums, test_sums, timings, comm: Comm, trains: bool):
         "transfer_max_s": comm.max((comm_s - waited) * trains),
         "eval_s": comm.max(t_eval),
         "bytes_sent": int(comm.max(float(comm.bytes_sent - bytes_before))),
+        # the epoch's step times (each step's slowest rank): its median and its tail
+        "step_p50_s": float(p50),
+        "step_p95_s": float(p95),
     }

@@ -1,5 +1,5 @@
-"""A finished run's files: metrics.csv, confusion.csv, weights.npz and run.json with its provenance
-(what ran where, with which libraries and settings). Nothing here changes a number."""
+"""A finished run's files: metrics.csv, confusion.csv, weights.npz, run.json with its provenance
+(what ran where, with which libraries and settings) and timeline.json. Nothing here changes a number."""
 
 import csv
 import os
@@ -16,6 +16,7 @@ from mpinet.engine import blas
 from mpinet.engine.comm import Comm, mpi_library_version
 from mpinet.engine.loop import METRIC_COLUMNS, Result
 from mpinet.engine.options import Options, data_ranks, train_size
+from mpinet.engine.timeline import TIMELINE_FILE, trace_events
 from mpinet.files import atomic_path, write_json
 from mpinet.fingerprints import NUMERICS
 from mpinet.layout import CONFUSION_FILE, METRICS_FILE, RECORD_FILE, WEIGHTS_FILE
@@ -42,9 +43,14 @@ SLURM_VARIABLES = (
 )
 
 
-def write_outputs(out: Path, result: Result, opts: Options, arrays: dataset.Arrays, meta: dict) -> None:
-    """metrics.csv, confusion.csv, weights.npz and run.json (last), each written atomically."""
+def write_outputs(
+    out: Path, result: Result, opts: Options, arrays: dataset.Arrays, meta: dict, timeline: dict | None = None
+) -> None:
+    """metrics.csv, confusion.csv, weights.npz, the timeline when there is one (run_timeline) and
+    run.json (last), each written atomically."""
     out.mkdir(parents=True, exist_ok=True)
+    if timeline is not None:
+        write_json(out / TIMELINE_FILE, timeline)
     with atomic_path(out / METRICS_FILE) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
         w.writeheader()
@@ -59,6 +65,22 @@ def write_outputs(out: Path, result: Result, opts: Options, arrays: dataset.Arra
     write_json(out / RECORD_FILE, {"options": asdict(opts), **meta})
 
 
+def run_timeline(result: Result, opts: Options, meta: dict) -> dict | None:
+    """The trace of the run's timeline (mpinet.engine.timeline), or None when this launch did not
+    train the last epoch."""
+    if result.timeline is None:
+        return None
+    about = {
+        "algorithm": opts.algorithm,
+        "ranks": meta["ranks"],
+        "epoch": opts.epochs,
+        "steps_recorded": max(len(lane["steps"]) for lane in result.timeline),
+        "clock": "microseconds from the epoch's start; the ranks start it together (a barrier)",
+        "mpinet": __version__,
+    }
+    return trace_events(result.timeline, meta.get("rank_hosts", []), about)
+
+
 def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays, launcher: str | None = None) -> dict:
     """Provenance for run.json; called on every rank (host names are gathered). `launcher` is the
     line that started the ranks, as the workflow passed it."""
@@ -69,12 +91,15 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
     # bound to one CPU runs its BLAS threads on one core
     affinity = comm.gather_strings(",".join(map(str, sorted(os.sched_getaffinity(0)))))
     cores = dict(h.rsplit(" ", 1) for h in hosts)  # host -> its CPUs
+    models = dict(zip((h.rsplit(" ", 1)[0] for h in hosts), comm.gather_strings(cpu_model())))
     meta = {
         "ranks": comm.size,
         "data_ranks": data_ranks(opts.algorithm, comm.size),
         "hosts": sorted(cores),  # each rank's own host name: where the ranks really ran
         "nodes": len(cores),
         "cores": sum(int(n) for n in cores.values()),  # on all the hosts the ranks ran on
+        "rank_hosts": [h.rsplit(" ", 1)[0] for h in hosts],  # by rank
+        "cpu_model": models,  # host -> the CPU it has (/proc/cpuinfo)
         "data": {
             "path": str(data_dir),
             # the samples trained on (a subset when train_samples or samples_per_rank asks), of all
@@ -115,6 +140,18 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
             "launcher": launcher,
         }
     return meta
+
+
+def cpu_model() -> str:
+    """This host's CPU model as the OS names it (/proc/cpuinfo), else the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def _steps_in_backward(opts: Options, comm: Comm) -> bool:
