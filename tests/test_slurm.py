@@ -181,6 +181,30 @@ def test_experiments_share_pooled_allocations_one_after_another_as_job_steps(slu
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
 
 
+def test_runs_csv_and_the_report_carry_slurms_accounting_of_each_run(slurm_run):
+    wd, _, _ = slurm_run
+    runs = pd.read_csv(wd / "results/test/metrics/runs.csv")
+    assert len(runs) == 5 and runs["slurm_accounting"].str.startswith("ok").all(), runs["slurm_accounting"]
+    for _, r in runs.iterrows():
+        meta = json.loads(
+            (Path(r["run_dir"]) if Path(r["run_dir"]).is_absolute() else wd / r["run_dir"])
+            .joinpath("run.json")
+            .read_text()
+        )
+        assert r["slurm_job"] == f"{meta['slurm']['SLURM_JOB_ID']}.{meta['slurm']['SLURM_STEP_ID']}"
+        assert r["slurm_state"] == "COMPLETED" and r["slurm_queue_wait_s"] >= 0 and r["slurm_elapsed_s"] >= 0
+    # sampled every second on the bundled cluster (JobAcctGatherFrequency=task=1): a step of 2 s or more
+    # has a resident set (a Python process with numpy) and a CPU efficiency (SLURM counts whole seconds
+    # of elapsed time, so a shorter step's share is rounding)
+    sampled = runs[runs["slurm_elapsed_s"] >= 2]
+    assert len(sampled) and (sampled["slurm_maxrss_mb"] > 20).all(), runs[["slurm_elapsed_s", "slurm_maxrss_mb"]]
+    assert sampled["slurm_cpu_efficiency"].between(0.05, 1.5).all(), sampled["slurm_cpu_efficiency"]
+    table = pd.read_csv(wd / "results/test/metrics/accounting.csv")
+    assert sorted(table["slurm_job"]) == sorted(runs["slurm_job"])
+    environment = pd.read_csv(wd / "results/test/metrics/environment.csv")
+    assert set(environment.loc[environment["field"] == "nodes", "value"]) == {"1"}
+
+
 def test_a_two_thread_run_gets_two_cpus_and_uses_them(slurm_run):
     wd, _, _ = slurm_run
     (meta,) = [m for m in _runs(wd) if m["blas_threads"] == 2]

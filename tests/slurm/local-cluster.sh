@@ -188,6 +188,8 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStorageEnforce=associations
 JobAcctGatherType=jobacct_gather/linux
+# memory and CPU sampled every second (SLURM's default: 30 s), so the tests' short steps get a MaxRSS
+JobAcctGatherFrequency=task=1
 JobCompType=jobcomp/none
 AccountingStoreFlags=job_comment
 ${task_prolog}
