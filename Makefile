@@ -130,6 +130,7 @@ benchmark: setup
 	python benchmarks/cold_rows.py
 	python benchmarks/shared_cache.py
 	python benchmarks/model_accuracy.py
+	python benchmarks/recording.py
 
 # OPENBLAS_* unset inside the command only: srun passes the environment on to the ranks
 benchmark-nodes: setup

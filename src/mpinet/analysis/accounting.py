@@ -13,7 +13,9 @@ import pandas as pd
 
 SACCT_FIELDS = ("JobID", "State", "Submit", "Start", "End", "ElapsedRaw", "TotalCPU", "CPUTimeRAW", "MaxRSS")
 COLUMNS = (
-    "slurm_job",  # <job id>.<step id> of the run's training step
+    "slurm_job_id",  # the run's job (its allocation)
+    "slurm_step_id",  # its training step in that job (two integers, not "<job>.<step>": a table
+    # reader would take 180.10 for the number 180.1)
     "slurm_state",
     "slurm_queue_wait_s",  # the allocation's start - its submission
     "slurm_elapsed_s",  # the step's wall time as SLURM counted it
@@ -65,20 +67,21 @@ def megabytes(text: str) -> float:
 
 def account(step: str | None, rows: dict[str, dict], reason: str | None = None) -> dict:
     """A run's COLUMNS from sacct's rows; `reason` when sacct could not be asked at all."""
-    empty = dict.fromkeys(COLUMNS, np.nan) | {"slurm_job": step or "", "slurm_state": ""}
+    job_id, _, step_id = (step or "").partition(".")
+    ids = {"slurm_job_id": int(job_id) if job_id else pd.NA, "slurm_step_id": int(step_id) if step_id else pd.NA}
+    empty = dict.fromkeys(COLUMNS, np.nan) | ids | {"slurm_state": ""}
     if step is None:
         return empty | {"slurm_accounting": "not run on SLURM"}
     if reason:
         return empty | {"slurm_accounting": reason}
-    job = step.split(".")[0]
-    mine, allocation = rows.get(step), rows.get(job)
+    mine, allocation = rows.get(step), rows.get(job_id)
     if mine is None or allocation is None:
         return empty | {"slurm_accounting": "not in SLURM's accounting"}
     cpu_time = float(mine["CPUTimeRAW"] or "nan")
     rss = megabytes(mine["MaxRSS"])
     wait = (_time(allocation["Start"]) - _time(allocation["Submit"])).total_seconds()
     return {
-        "slurm_job": step,
+        **ids,
         "slurm_state": mine["State"].split()[0],
         "slurm_queue_wait_s": wait,
         "slurm_elapsed_s": float(mine["ElapsedRaw"] or "nan"),
@@ -124,4 +127,5 @@ def accounting_table(runs: list[tuple[str, dict]]) -> pd.DataFrame:
     steps = [job_step(meta) for _, meta in runs]
     rows, reason = query([s for s in steps if s])
     table = [{"run_dir": d, **account(s, rows, reason)} for (d, _), s in zip(runs, steps)]
-    return pd.DataFrame(table, columns=["run_dir", *COLUMNS])
+    out = pd.DataFrame(table, columns=["run_dir", *COLUMNS])
+    return out.astype({"slurm_job_id": "Int64", "slurm_step_id": "Int64"})  # integers, empty where none

@@ -21,8 +21,8 @@ def end_of_run(runs_csv, references_csv, study: str, study_dir: str) -> str:
 
 
 def summary_table(runs_csv: str | Path) -> str:
-    """Per dataset, design and ranks: final accuracy, median epoch time, speedup, time to target, and
-    how many seeds reached the target."""
+    """Per dataset, design and ranks: final accuracy, median epoch time, the step times' tail (p95 ÷
+    p50), speedup, time to target, and how many seeds reached the target."""
     runs = pd.read_csv(runs_csv)
     g = runs.groupby(["dataset", *varying(runs), "algorithm", "ranks"], sort=True)
     table = pd.DataFrame(
@@ -36,6 +36,9 @@ def summary_table(runs_csv: str | Path) -> str:
             "reached": g["time_to_target_s"].apply(lambda s: f"{s.notna().sum()}/{len(s)}"),
         }
     )
+    if "p95_step_s" in runs and runs["p95_step_s"].notna().any():
+        # the tail: how much slower the slow steps (p95) are than the typical one (p50)
+        table.insert(3, "step_p95/p50", (g["p95_step_s"].median() / g["median_step_s"].median()).round(2))
     if "weak_efficiency" in runs and runs["weak_efficiency"].notna().any():
         table.insert(3, "weak_eff", g["weak_efficiency"].median().round(2))  # samples_per_rank sweeps
         table.insert(4, "weak_eff_95ci", _ci_column(runs, g, "weak_efficiency"))
