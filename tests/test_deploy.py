@@ -10,6 +10,8 @@ import pytest
 import yaml
 from conftest import REPO, env
 
+from mpinet.analysis.figures import NAMES
+
 pytestmark = pytest.mark.workflow
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--cores", "2"]
@@ -37,7 +39,7 @@ def run(wd: Path, *args, check=True) -> subprocess.CompletedProcess:
 def assert_study_done_here(wd: Path, *args):
     runs = pd.read_csv(wd / "results/mine/metrics/runs.csv")
     assert len(runs) == 3 and runs["final_test_accuracy"].notna().all()
-    assert len(list((wd / "results/mine/plots/iris").glob("*.png"))) == 7  # the seven figures of a dataset
+    assert len(list((wd / "results/mine/plots/iris").glob("*.png"))) == len(NAMES)  # every figure of a dataset
     assert (wd / "results/mine/runs.txt").read_text().count("results/runs/iris/") == 3
     assert len(list((wd / "results/runs").rglob("run.json"))) == 3
     again = run(wd, "-n", *args)

@@ -144,3 +144,21 @@ def test_every_figure_of_the_table_has_its_caption_and_a_known_report_section():
     for f in FIGURES:
         assert (REPO / "workflow" / "report" / f"{f.name}.rst").read_text().strip(), f.name
     assert {f.category for f in FIGURES} == {"Training curves", "Scaling", "Data"}
+
+
+@pytest.mark.mpi  # small_run trains under mpiexec
+def test_the_timeline_figure_draws_one_run_per_design_at_its_largest_rank_count(small_run):
+    _, texts, _ = small_run
+    rows = texts["timeline"]["rows"]
+    # serial on 1 rank, Allreduce on 2 (not its 1-rank run), the parameter server on 3 (not on 2)
+    assert rows == [
+        "serial, rank 0",
+        "Allreduce, rank 0",
+        "Allreduce, rank 1",
+        "parameter server, rank 0 (server)",
+        "parameter server, rank 1",
+        "parameter server, rank 2",
+    ]
+    assert "compute (forward, backward)" in texts["timeline"]["legend"]
+    assert "server: apply one worker's update" in texts["timeline"]["legend"]
+    assert texts["timeline"]["xlabels"] == ["milliseconds from the start of the last epoch (its first 6 steps)"]

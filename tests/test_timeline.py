@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from conftest import env, run_train, weights
 
+from mpinet.analysis.timelines import summary
 from mpinet.datasets import dataset
 from mpinet.engine.comm import Comm
 from mpinet.engine.loop import TIMELINE_STEPS, train
@@ -135,6 +136,13 @@ def test_a_parameter_server_lane_shows_whom_it_served_and_numbers_do_not_change(
     assert {"step", "compute", "exchange"} <= worker <= {"step", "compute", "wait", "exchange"}
     names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"]
     assert names[0].startswith("rank 0 (server) on ") and len(names) == 3
+    # the summary a user prints on a cluster without a browser: per rank and phase
+    cmd = [sys.executable, "-m", "mpinet.analysis.timelines", str(tmp_path / "ps" / "timeline.json")]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env())
+    assert p.returncode == 0 and "paramserver on 3 rank(s)" in p.stdout, p.stderr
+    table = summary(trace).set_index(["rank", "phase"])
+    assert table.loc[(0, "apply"), "spans"] == 2 * table.loc[(0, "send"), "spans"]  # two workers a step
+    assert table.loc[(1, "compute"), "total_ms"] > 0
     # the recording changes no number: the same weights as the serial run with the workers' batch
     run_train(None, "--data", iris_dataset, "--epochs", "2", "--batch-size", "16", "--out", tmp_path / "s")
     np.testing.assert_allclose(weights(tmp_path / "ps"), weights(tmp_path / "s"), rtol=1e-5, atol=1e-6)

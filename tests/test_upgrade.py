@@ -28,7 +28,7 @@ from mpinet.layout import RECORD_FILE, RUNS_ROOT
 
 pytestmark = pytest.mark.workflow
 
-RELEASED = "01a778d9e36d9b5c72172ff2ed80cc5e023e1a40"  # 0.4.0: reruns derived from the code
+RELEASED = "25513f200572df8f4914583c29aed18d7cec7867"  # 0.4.0 (tag v0.4.0): reruns derived from the code
 RERUN_FROM = "087bb1a31a83f6b3a511bac9bb18fc6c28403ba8"  # 0.3.0 as landed on 2026-12-02
 # what upgrading from RERUN_FROM reruns besides the runs on those datasets: bundled:iris and the
 # synthetic images, never the study's local copy of the same table

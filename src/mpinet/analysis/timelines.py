@@ -3,7 +3,9 @@ parallel design at its largest rank count), every rank's first steps of the last
 axis, from the runs' timeline.json (mpinet.engine.timeline). A rank that arrives late at every
 Allreduce, or a parameter server applying its workers' updates one after another, is seen here."""
 
+import argparse
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -105,3 +107,47 @@ def timeline_figure(runs: pd.DataFrame, title: str, path) -> dict:
         "legend": legend,
         "rows": [label for label, _ in rows],
     }
+
+
+def summary(trace: dict) -> pd.DataFrame:
+    """Per rank and phase of a trace: spans, total and mean milliseconds (what Perfetto's slice
+    aggregation shows), steps left out."""
+    rows = [
+        {"rank": e["tid"], "phase": e["cat"], "ms": e["dur"] / 1000}
+        for e in trace["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") != "step"
+    ]
+    if not rows:
+        return pd.DataFrame(columns=["rank", "phase", "spans", "total_ms", "mean_ms"])
+    g = pd.DataFrame(rows).groupby(["rank", "phase"], sort=True)["ms"]
+    return pd.DataFrame({"spans": g.size(), "total_ms": g.sum(), "mean_ms": g.mean()}).reset_index()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m mpinet.analysis.timelines",
+        description="Summarize a run's timeline.json: per rank and phase, how many spans and how many "
+        "milliseconds (open the file in https://ui.perfetto.dev to see every span).",
+    )
+    p.add_argument("timeline", help="a run's timeline.json (results/runs/<dataset>/.../timeline.json)")
+    args = p.parse_args(argv)
+    try:
+        trace = json.loads(Path(args.timeline).read_text())
+        table = summary(trace)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(
+            f"mpinet.analysis.timelines: error: {args.timeline}: not a timeline ({type(e).__name__}: {e})",
+            file=sys.stderr,
+        )
+        return 1
+    about = trace.get("otherData", {})
+    print(
+        f"{about.get('algorithm', '?')} on {about.get('ranks', '?')} rank(s), epoch {about.get('epoch', '?')}, "
+        f"{about.get('steps_recorded', '?')} steps recorded"
+    )
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
