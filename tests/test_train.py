@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import psutil
 import pytest
-from conftest import env, run_train, train_cmd, weights, write_dataset
+from conftest import env, run_train, train_cmd, train_with_a_slow_rank, weights, write_dataset
 
 from mpinet import MpinetError
 from mpinet.datasets import dataset
@@ -362,21 +362,8 @@ def test_a_batch_size_beyond_the_data_is_full_batch_without_huge_buffers(small_d
 
 @pytest.mark.mpi
 def test_the_wait_for_a_slow_rank_is_told_apart_from_moving_bytes(small_dataset, tmp_path):
-    # rank 1 computes 30 ms longer every step, far above this machine's noise (a step of this size
-    # takes well under 1 ms): rank 0 waits for it in every Allreduce
-    code = (
-        "import sys, time\n"
-        "from mpi4py import MPI\n"
-        "from mpinet import train as cli\n"
-        "from mpinet.engine import loop\n"
-        "if MPI.COMM_WORLD.Get_rank() == 1:\n"
-        "    fast = loop._gradient\n"
-        "    loop._gradient = lambda *a: (time.sleep(0.03), fast(*a))[1]\n"
-        f"sys.exit(cli.main(['--data', '{small_dataset}', '--out', '{tmp_path / 'o'}', "
-        "'--algorithm', 'allreduce', '--epochs', '3', '--batch-size', '2']))\n"
-    )
-    p = subprocess.run([*mpiexec_argv(2), sys.executable, "-c", code], capture_output=True, text=True, env=env())
-    assert p.returncode == 0, p.stderr[-2000:]
+    # rank 1 computes 30 ms longer every step: rank 0 waits for it in every Allreduce
+    train_with_a_slow_rank(small_dataset, tmp_path / "o", epochs=3)
     m = pd.read_csv(tmp_path / "o" / "metrics.csv")
     steps = 60 // 4  # 60 samples, a global batch of 2 x 2
     assert (m["wait_max_s"] > 0.8 * steps * 0.03).all(), m  # rank 0 sat out rank 1's extra compute

@@ -1,14 +1,17 @@
-"""Test support: every training step sleeps MPINET_TEST_STEP_DELAY seconds first.
+"""Test support: every training step sleeps MPINET_TEST_STEP_DELAY seconds first (while the file
+MPINET_TEST_PACE_WHILE exists, when that is set).
 
 Tests that must interrupt a run at a given point (a SLURM time limit, scancel, a node's ranks
-killed) put this directory on PYTHONPATH (tests/conftest.py: paced_env), so a run's length is set
-by the delay, not by how fast this shared machine computes, and a sleeping rank leaves the cores to
-the tests beside it. The delay changes no number: the step itself runs unchanged after it.
+killed, SIGTERM) put this directory on PYTHONPATH (tests/conftest.py: paced), so a run's length is
+set by the delay, not by how fast this shared machine computes, and a sleeping rank leaves the cores
+to the tests beside it. Removing the file after the interruption lets the resumed run finish at full
+speed. The delay changes no number: the step itself runs unchanged after it.
 """
 
 import os
 
 _DELAY = float(os.environ.get("MPINET_TEST_STEP_DELAY", "0") or 0)
+_WHILE = os.environ.get("MPINET_TEST_PACE_WHILE")
 
 if _DELAY > 0:
     import time
@@ -18,7 +21,8 @@ if _DELAY > 0:
     _step = loop._gradient
 
     def _paced(*args):
-        time.sleep(_DELAY)
+        if _WHILE is None or os.path.exists(_WHILE):
+            time.sleep(_DELAY)
         return _step(*args)
 
     loop._gradient = _paced

@@ -159,7 +159,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m mpinet.analysis.compare",
         description="Compare two result sets of the same experiments (e.g. MPICH vs Open MPI, two machines, "
-        "before and after an update): B / A of epoch time and speedup per experiment, with a verdict.",
+        "before and after an update): first what differs in where they ran, then per experiment B / A of the "
+        "epoch time, the speedup and the 95th-percentile step time, with a verdict.",
     )
     p.add_argument("a", help="result set A: a study's results directory (results/<study>) or its runs.csv")
     p.add_argument("b", help="result set B, the same")
