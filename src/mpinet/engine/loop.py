@@ -125,10 +125,10 @@ class StepTrace:
     steps: list = field(default_factory=list)  # [start, arrived at the exchange, left it, waited]
     serve: list = field(default_factory=list)  # [step, what, worker, start, end] (Comm.server_step)
 
-    def record(self, t0: float, marks: np.ndarray, waits: np.ndarray) -> None:
+    def record(self, t0: float, arrivals: np.ndarray, ends: np.ndarray, waits: np.ndarray) -> None:
         """The traced steps from their exchange's arrival and departure times (perf_counter)."""
         start = t0
-        for (arrived, done), wait in zip(marks.tolist(), waits.tolist()):
+        for arrived, done, wait in zip(arrivals.tolist(), ends.tolist(), waits.tolist()):
             self.steps.append([start - t0, arrived - t0, done - t0, wait])
             start = done
         self.serve = [[k, what, worker, a - t0, b - t0] for k, what, worker, a, b in self.serve]
@@ -191,7 +191,7 @@ class _Run:
         comm_before, bytes_before = comm.seconds, comm.bytes_sent
         # per communicating step, the compute since the last exchange: the slowest rank's sets the wait
         computed, talked = np.zeros(steps), np.zeros(steps, dtype=bool)
-        marks = np.empty((steps, 2))  # when each step reached its exchange and when it left it
+        arrivals, ends = np.empty(steps), np.empty(steps)  # when each step reached its exchange, and left it
         traced = min(steps, self.trace.limit) if self.trace is not None else 0
         t0 = time.perf_counter()
         left = t0
@@ -212,13 +212,13 @@ class _Run:
             done = time.perf_counter()
             if comm.seconds != before:
                 computed[k], talked[k], left = arrived - left, True, done
-            marks[k] = arrived, done
+            arrivals[k], ends[k] = arrived, done
             if serve:
                 self.trace.serve += [[k, *entry] for entry in serve]
         t_train = time.perf_counter() - t0
-        waits, step_times = _slowest(comm, computed, talked, np.diff(marks[:, 1], prepend=t0))
+        waits, step_times = _slowest(comm, computed, talked, np.diff(ends, prepend=t0))
         if traced:
-            self.trace.record(t0, marks[:traced], waits[:traced])
+            self.trace.record(t0, arrivals[:traced], ends[:traced], waits[:traced])
         p50, p95 = np.percentile(step_times, [50, 95]) if steps else (0.0, 0.0)
         return sums, (t_train, float(waits.sum()), comm_before, bytes_before, p50, p95)
 
