@@ -290,10 +290,15 @@ def gemm_limits(features, h1, batches, dtypes) -> dict:
 
 
 def _blocked(w, x, zt, part) -> None:
-    """zt = w @ x.T as mpinet.engine.model sums it at small batches: blocks of FIRST_BLOCK_ELEMENTS // batch inputs."""
-    from mpinet.engine.model import FIRST_BLOCK_ELEMENTS, blocked_matmul
+    """zt = w @ x.T summed over blocks of inputs as mpinet.engine.model's rule picks them on this machine
+    at this batch (or, where the rule takes one GEMM, over the blocks it would take at batch 4 / batch)."""
+    from mpinet.engine.machine import this_machine
+    from mpinet.engine.model import blocked_matmul, first_layer_plan
 
-    blocked_matmul(w, x, zt, part, max(1, FIRST_BLOCK_ELEMENTS // len(x)))
+    block = first_layer_plan(w.shape[1], len(x), w.dtype, this_machine()).block
+    blocked_matmul(
+        w, x, zt, part, block or max(1, first_layer_plan(w.shape[1], 4, w.dtype, this_machine()).block * 4 // len(x))
+    )
 
 
 def memory_bandwidth(nbytes: int, dtype="float32") -> float:

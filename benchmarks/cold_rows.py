@@ -7,9 +7,9 @@ once. Here, per dtype and batch size, with one BLAS thread and the trainer's ope
 walks the memory-mapped file batch after batch as training does with shuffle=batches; "other
 order" does that with the operands the other way round (W @ x.T against x @ W.T); "read first"
 reads each batch once (a sum) before its GEMM, to bring it into the caches; "K in blocks" sums
-W @ x.T over blocks of FIRST_BLOCK_ELEMENTS // batch inputs, as the trainer does up to batch
-FIRST_BLOCKED_UP_TO. Medians per batch, the median of the repeats. Run alone: other work on the
-machine moves these by 20 %.
+W @ x.T over blocks of block_elements // batch inputs, as the trainer does on this machine up to
+batch FIRST_BLOCKED_UP_TO (mpinet.engine.model.first_layer_plan). Medians per batch, the median of
+the repeats. Run alone: other work on the machine moves these by 20 %.
 """
 
 import argparse
@@ -22,7 +22,8 @@ import numpy as np
 from numpy.lib.format import open_memmap
 from threadpoolctl import threadpool_limits
 
-from mpinet.engine.model import FIRST_BLOCK_ELEMENTS, FIRST_BLOCKED_UP_TO, TRANSPOSED_FIRST_BELOW
+from mpinet.engine.machine import this_machine
+from mpinet.engine.model import block_elements, first_layer_plan
 
 
 def main(argv=None) -> int:
@@ -49,14 +50,14 @@ def _table(a) -> None:
             x = rows_file(os.path.join(tmp, "train_x.npy"), a.samples, a.features, dtype)
             w = np.random.default_rng(1).random((a.hidden, a.features)).astype(dtype)
             for b in a.batches:
-                transposed = b < TRANSPOSED_FIRST_BELOW[dtype.type]
-                block = a.block or max(1, FIRST_BLOCK_ELEMENTS // b)
+                plan = first_layer_plan(a.features, b, dtype, this_machine())
+                transposed = plan.transposed
+                block = a.block or max(1, block_elements(this_machine()) // b)
                 t = {
                     m: statistics.median(_time(m, w, x, b, block, transposed) for _ in range(a.repeats)) for m in MODES
                 }
                 cells = " | ".join(f"{t[m] * 1e3:.3f}" for m in MODES)
-                order = "W @ x.T" if transposed else "x @ W.T"
-                order += " in blocks" if transposed and b <= FIRST_BLOCKED_UP_TO else ""
+                order = plan.describe()
                 print(f"| {dtype} | {b} | {order} | {cells} | {t['file'] / t['cached']:.2f} |")
 
 

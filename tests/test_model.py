@@ -1,7 +1,18 @@
 import numpy as np
 import pytest
 
-from mpinet.engine.model import LOSSES, Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
+from mpinet.engine.machine import Machine, l2_cache, parse_size
+from mpinet.engine.model import (
+    LOSSES,
+    Net,
+    Workspace,
+    backward,
+    first_layer_plan,
+    forward,
+    init_params,
+    layer_views,
+    loss_and_correct,
+)
 
 
 def _loss(net, layers, x, y, ws):
@@ -201,13 +212,13 @@ def test_the_first_layer_in_either_order_agrees_to_rounding(dtype):
     net = Net((20000, 30, 6), dtype=np.dtype(dtype))
     layers = layer_views(net, init_params(net, 1))
     x = rng.random((16, 20000)).astype(dtype)
-    ws = Workspace(net, 16)
+    ws = Workspace(net, 16, MIB_L2)
     assert ws.first_transposed  # small batches take W @ x.T
     out = forward(net, layers, x, ws).copy()
     ws.first_transposed = False
     plain = forward(net, layers, x, ws)
     assert np.allclose(out, plain, rtol=50 * np.finfo(dtype).eps, atol=0)
-    assert not Workspace(Net((10, 4, 2)), 256).first_transposed  # float32 at 256: x @ W.T is faster
+    assert not Workspace(Net((10, 4, 2)), 256, MIB_L2).first_transposed  # float32 at 256: x @ W.T is faster
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -215,7 +226,7 @@ def test_the_first_layer_summed_over_blocks_of_inputs_agrees_to_rounding(dtype):
     rng = np.random.default_rng(7)
     net = Net((10000, 30, 6), dtype=np.dtype(dtype))
     layers = layer_views(net, init_params(net, 2))
-    ws = Workspace(net, 8)
+    ws = Workspace(net, 8, MIB_L2)
     assert ws.first_block == 4096  # 32768 inputs x samples per GEMM: three blocks, the last a short one
     for n in (8, 3):  # a whole batch and an epoch's short last one
         x = rng.random((n, 10000)).astype(dtype)
@@ -224,7 +235,63 @@ def test_the_first_layer_summed_over_blocks_of_inputs_agrees_to_rounding(dtype):
         whole = forward(net, layers, x, ws)
         ws.first_block = kept
         assert np.allclose(blocked, whole, rtol=50 * np.finfo(dtype).eps, atol=0)
-    assert Workspace(Net((67500, 30, 6)), 4).first_block == 8192
-    assert Workspace(Net((67500, 30, 6)), 40).first_block == 819
-    assert Workspace(Net((67500, 30, 6)), 48).first_block == 0  # slower from batch 48 on
-    assert Workspace(Net((4, 30, 3)), 4).first_block == 0  # Iris: one block holds every input
+
+
+def _machine(l2: int, blas="openblas") -> Machine:
+    return Machine(l2, "sysfs", blas, "SkylakeX")
+
+
+MIB_L2 = _machine(1 << 20)
+
+
+@pytest.mark.parametrize(
+    "n_inputs,batch,dtype,machine,expected",
+    [
+        (67500, 4, np.float32, MIB_L2, "W @ x.T in blocks of 8192 inputs"),  # 32768 inputs x samples
+        (67500, 32, np.float32, MIB_L2, "W @ x.T in blocks of 1024 inputs"),
+        (67500, 40, np.float32, MIB_L2, "W @ x.T in blocks of 819 inputs"),
+        (67500, 48, np.float32, MIB_L2, "W @ x.T"),  # blocks were slower from batch 48 on
+        (67500, 256, np.float32, MIB_L2, "x @ W.T"),  # float32 from 64 on
+        (67500, 256, np.float64, MIB_L2, "W @ x.T"),  # float64 at every batch
+        (67500, 4, np.float64, MIB_L2, "W @ x.T in blocks of 8192 inputs"),  # elements, not bytes
+        (67500, 4, np.float32, _machine(512 << 10), "W @ x.T in blocks of 4096 inputs"),  # half the L2
+        (67500, 4, np.float32, _machine(2 << 20), "W @ x.T in blocks of 16384 inputs"),
+        (4, 4, np.float32, MIB_L2, "W @ x.T"),  # Iris: one block holds every input
+        (67500, 4, np.float32, _machine(1 << 20, "mkl"), "x @ W.T"),  # the rule was measured on OpenBLAS
+    ],
+)
+def test_the_first_layers_plan_follows_the_machine_by_a_fixed_rule(n_inputs, batch, dtype, machine, expected):
+    assert first_layer_plan(n_inputs, batch, dtype, machine).describe() == expected
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_machines_with_other_caches_or_blas_train_to_the_same_weights_within_rounding(dtype):
+    """Every plan the rule can give is the same arithmetic summed in another order."""
+    rng = np.random.default_rng(8)
+    net = Net((20000, 30, 6), dtype=np.dtype(dtype))
+    x, y = rng.random((4, 20000)).astype(dtype), rng.integers(0, 6, 4)
+    trained = []
+    for machine in (MIB_L2, _machine(256 << 10), _machine(4 << 20), _machine(1 << 20, "blis")):
+        params = init_params(net, 3)
+        layers, ws = layer_views(net, params), Workspace(net, 4, machine)
+        for _ in range(5):
+            forward(net, layers, x, ws)
+            backward(net, layers, layer_views(net, np.zeros_like(params)), x, y, ws, 0.1, update=True)
+        trained.append(params)
+    assert len({Workspace(net, 4, m).plan for m in (MIB_L2, _machine(256 << 10), _machine(1 << 20, "blis"))}) == 3
+    for other in trained[1:]:
+        assert np.allclose(other, trained[0], rtol=200 * np.finfo(dtype).eps, atol=10 * np.finfo(dtype).eps)
+
+
+def test_the_l2_cache_is_read_from_sysfs_else_assumed(tmp_path):
+    caches = [(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "512K")]
+    for index, (level, kind, size) in enumerate(caches):
+        d = tmp_path / f"index{index}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert l2_cache(tmp_path) == (512 << 10, "sysfs")
+    assert parse_size("2M") == 2 << 20 and parse_size("1048576") == 1 << 20
+    size, source = l2_cache(tmp_path / "none")
+    assert source in ("sysconf", "assumed") and size > 0

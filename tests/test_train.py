@@ -56,12 +56,19 @@ def test_outputs_are_tidy_and_complete(small_dataset, tmp_path):
     assert meta["options"]["dtype"] == "float64" and meta["ranks"] == 1 and meta["hosts"]
     assert meta["blas"] and meta["blas"][0]["num_threads"] == 1
     assert meta["fused_update"] is True  # serial, with numpy's OpenBLAS
+    # the first layer's plan and the machine facts it came from (Iris-sized: one GEMM)
+    ((host, plan),) = meta["first_layer"].items()
+    assert host in meta["hosts"] and plan["l2_bytes"] > 0 and plan["first_layer"] == "W @ x.T"
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("extra,fused", [(("--algorithm", "allreduce"), False), (("--sync-every", "2"), True)])
+@pytest.mark.parametrize(
+    "extra,fused",
+    [(("--algorithm", "allreduce"), False), (("--sync-every", "2"), True), (("--algorithm", "allgather"), True)],
+)
 def test_run_json_says_whether_the_update_was_fused(small_dataset, tmp_path, extra, fused):
-    """Allreduce sends the gradient, so it keeps the separate update; local SGD's own steps fold it."""
+    """Allreduce sends the gradient, so it keeps the separate update; local SGD's own steps fold it,
+    and Allgather folds it into the GEMM over the gathered factors."""
     extra = extra if extra[0] == "--algorithm" else ("--algorithm", "allreduce", *extra)
     run_train(2, *_args(small_dataset, tmp_path / "o", *extra))
     assert json.loads((tmp_path / "o" / "run.json").read_text())["fused_update"] is fused
@@ -79,6 +86,39 @@ def test_allreduce_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffl
     ms, ma = pd.read_csv(tmp_path / "s" / "metrics.csv"), pd.read_csv(tmp_path / "a" / "metrics.csv")
     for col in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
         assert np.allclose(ms[col], ma[col], rtol=0, atol=1e-10), col
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    "ranks,shuffle,extra",
+    [(2, "batches", ()), (3, "samples", ()), (2, "samples", ("--faithful", "true", "--learning-rate", 0.001))],
+)
+def test_allgather_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffle, extra):
+    """The first layer's gradient rebuilt from every rank's gathered inputs and errors is the global
+    batch's: the same result as serial on P x the batch, a partial last batch included."""
+    data = write_dataset(tmp_path / "d", n_train=61, n_test=10, dim=200)
+    common = ("--shuffle", shuffle, *extra)
+    run_train(None, *_args(data, tmp_path / "s", "--batch-size", 4 * ranks, *common))
+    run_train(ranks, *_args(data, tmp_path / "g", "--batch-size", 4, "--algorithm", "allgather", *common))
+    serial, gathered = weights(tmp_path / "s"), weights(tmp_path / "g")
+    assert np.abs(serial - gathered).max() < 1e-10
+    assert not np.allclose(serial, weights_after_zero_epochs(data, tmp_path))
+    # a rank sends its 4 rows of inputs and errors (4 x 230 values) and the small layers' gradient,
+    # not the first layer's 200 x 30 weight gradient
+    steps = -(-61 // (4 * ranks))
+    sent = pd.read_csv(tmp_path / "g" / "metrics.csv")["bytes_sent"].max()
+    assert sent <= steps * 8 * (4 * 230 + 30 + 30 * 20 + 20 + 20 * 3 + 3) < steps * 8 * 200 * 30
+
+
+@pytest.mark.mpi
+def test_allgather_in_float32_matches_allreduce_to_rounding(tmp_path):
+    data = write_dataset(tmp_path / "d", n_train=40, n_test=10)
+    args = ("--data", data, "--epochs", 2, "--learning-rate", 0.5, "--batch-size", 4)
+    run_train(2, *args, "--out", tmp_path / "r", "--algorithm", "allreduce")
+    run_train(2, *args, "--out", tmp_path / "g", "--algorithm", "allgather")
+    r, g = weights(tmp_path / "r"), weights(tmp_path / "g")
+    assert r.dtype == g.dtype == np.float32
+    assert np.abs(r - g).max() < 1e-5 * max(1.0, np.abs(r).max())
 
 
 def weights_after_zero_epochs(data, tmp_path):

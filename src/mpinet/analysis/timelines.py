@@ -32,7 +32,12 @@ PHASE_NAMES = {
     "apply": "server: apply one worker's update",
     "send": "server: send weights",
 }
-DESIGN_NAMES = {"serial": "serial", "allreduce": "Allreduce", "paramserver": "parameter server"}
+DESIGN_NAMES = {
+    "serial": "serial",
+    "allreduce": "Allreduce",
+    "allgather": "Allgather",
+    "paramserver": "parameter server",
+}
 
 
 def representative_runs(runs: pd.DataFrame) -> pd.DataFrame:

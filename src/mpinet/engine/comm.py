@@ -8,7 +8,7 @@ subprocess.)
 (uppercase) calls on numpy arrays, and counts the seconds and payload bytes each rank
 spends in them, so the training loop reports compute and communication separately.
 
-The exchanges (`GradientAllreduce`, `LocalSGD`, `ParameterServer`) are what a training step
+The exchanges (`GradientAllreduce`, `FactorAllgather`, `LocalSGD`, `ParameterServer`) are what a training step
 ends with, chosen once before the loop (`exchange_for`), the way Horovod hides its
 communication behind `optimizer.step()`: the loop computes an lr-scaled gradient and calls
 `exchange.step`, whatever the design. Where no rank needs another's gradient (serial, local
@@ -112,6 +112,22 @@ class Comm:
         self.seconds += time.perf_counter() - t
         self.bytes_sent += params.nbytes * (self.size - 1)
 
+    def gather_rows(self, send: np.ndarray, recv: np.ndarray, counts: list[int]) -> np.ndarray:
+        """Every rank's rows of `send`, stacked in rank order into the first sum(counts) rows of
+        recv (one MPI_Allgatherv; counts: each rank's row count, known to every rank)."""
+        total = sum(counts)
+        if self.mpi is None:
+            recv[:total] = send
+            return recv[:total]
+        width = recv.shape[1]
+        sizes = [c * width for c in counts]
+        offsets = [sum(sizes[:r]) for r in range(len(sizes))]
+        t = time.perf_counter()
+        self.mpi.Allgatherv(np.ascontiguousarray(send), [recv, sizes, offsets, _mpi_type(recv.dtype)])
+        self.seconds += time.perf_counter() - t
+        self.bytes_sent += send.nbytes
+        return recv[:total]
+
     def worker_step(self, params: np.ndarray, grads: np.ndarray) -> None:
         """Parameter-server worker: send the step's gradient to rank 0, receive the new weights."""
         t = time.perf_counter()
@@ -132,6 +148,12 @@ class Comm:
         """End every rank of the job now; used when one rank fails so that no rank waits for ever."""
         if self.mpi is not None and self.size > 1:
             self.mpi.Abort(code)
+
+
+def _mpi_type(dtype):
+    from mpi4py import MPI
+
+    return MPI.FLOAT if dtype == np.float32 else MPI.DOUBLE
 
 
 def world() -> Comm:
@@ -170,16 +192,55 @@ class GradientAllreduce:
     result is serial SGD on the whole global batch. With `Comm(None)` it is plain serial SGD."""
 
     trains = True
+    gathers_first_layer = False
 
     def __init__(self, comm: Comm):
         self.comm = comm
         # serial: backward applies the update itself (mpinet.engine.blas), there is nothing to exchange
         self.updates_in_backward = comm.mpi is None
 
-    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None) -> None:
+    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None, factors=None) -> None:
         if not self.updates_in_backward:
             self.comm.sum_inplace(grads)
             params -= grads
+
+
+class FactorAllgather:
+    """The global batch's gradient step as `GradientAllreduce` takes it, with the wide first layer's
+    weight gradient sent as its factors: a rank's gradient of it is d.T @ x (d: its rows' output
+    errors, [rows, units]; x: its input rows), so instead of reducing units x inputs numbers, the
+    ranks gather every rank's d and x (rows x (units + inputs) each) and each rank subtracts
+    D.T @ X over the whole global batch from its weights, the update folded into that GEMM as
+    serial does (mpinet.engine.blas). The rest of the buffer (the first layer's bias and the small
+    layers) is summed by one Allreduce. Fewer bytes whenever the global batch is smaller than about
+    the first layer's width (sufficient factors: Xie et al., 2016); the result is serial SGD on the
+    global batch, to rounding."""
+
+    trains = True
+    updates_in_backward = False
+    gathers_first_layer = True
+
+    def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
+        self.comm = comm
+        n_in, units = sizes[0], sizes[1]
+        self.first = n_in * units  # the first layer's weights lead the flat buffer
+        rows = batch * comm.size
+        self.x = np.empty((rows, n_in), dtype=dtype)
+        self.d = np.empty((rows, units), dtype=dtype)
+
+    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None, factors=None) -> None:
+        """factors: this rank's (x, d) of the step and every rank's row count, in rank order."""
+        from mpinet.engine import blas
+
+        x, d, counts = factors
+        xs = self.comm.gather_rows(x, self.x, counts)
+        ds = self.comm.gather_rows(d, self.d, counts)
+        rest = slice(self.first, None)
+        self.comm.sum_inplace(grads[rest])
+        w = params[: self.first].reshape(ds.shape[1], xs.shape[1])
+        if not blas.subtract_product(w, ds, xs):
+            w -= ds.T @ xs
+        params[rest] -= grads[rest]
 
 
 class LocalSGD:
@@ -188,11 +249,12 @@ class LocalSGD:
 
     trains = True
     updates_in_backward = True  # each rank's own step; only the averaging is an exchange
+    gathers_first_layer = False
 
     def __init__(self, comm: Comm, every: int):
         self.comm, self.every = comm, every
 
-    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None) -> None:
+    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None, factors=None) -> None:
         if (k + 1) % self.every == 0 or k == steps - 1:
             self.comm.sum_inplace(params)
             params *= params.dtype.type(1.0 / self.comm.size)
@@ -203,13 +265,14 @@ class ParameterServer:
     sends the weights back; a worker sends its gradient and receives the new weights."""
 
     updates_in_backward = False  # a worker sends its gradient
+    gathers_first_layer = False
 
     def __init__(self, comm: Comm, n_params: int, dtype):
         self.comm = comm
         self.trains = comm.rank != 0
         self.inbox = None if self.trains else np.empty((comm.size - 1, n_params), dtype=dtype)
 
-    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None) -> None:
+    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None, factors=None) -> None:
         """`serve`: a list the server appends what it did when (Comm.server_step), or None."""
         if self.trains:
             self.comm.worker_step(params, grads)
@@ -217,10 +280,13 @@ class ParameterServer:
             self.comm.server_step(params, self.inbox, serve)
 
 
-def exchange_for(algorithm: str, sync_every: int, comm: Comm, n_params: int, dtype):
-    """The exchange a training step ends with, for this design."""
+def exchange_for(algorithm: str, sync_every: int, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
+    """The exchange a training step ends with, for this design (sizes: the net's layer sizes)."""
     if algorithm == "paramserver":
+        n_params = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
         return ParameterServer(comm, n_params, dtype)
+    if algorithm == "allgather":
+        return FactorAllgather(comm, sizes, batch, dtype)
     if sync_every > 1:
         return LocalSGD(comm, sync_every)
     return GradientAllreduce(comm)

@@ -28,7 +28,7 @@ from mpinet import MpinetError
 from mpinet.datasets import dataset
 from mpinet.engine.comm import Comm, exchange_for
 from mpinet.engine.model import Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
-from mpinet.engine.options import Options, check_options, data_ranks, train_size
+from mpinet.engine.options import Options, check_options, data_ranks, step_rows, train_size
 
 METRIC_COLUMNS = (
     "epoch",
@@ -166,14 +166,14 @@ class _Run:
         net = Net(sizes, opts.loss, opts.standardize, dt, opts.faithful)
         params = init_params(net, opts.seed)
         grads = np.zeros_like(params)
-        exchange = exchange_for(opts.algorithm, opts.sync_every, comm, net.n_params, dt)
         n_data = data_ranks(opts.algorithm, comm.size)
         my_slot = comm.rank - (comm.size - n_data)  # the ranks that train are the last n_data
         # the rows trained on: all, or a subset (indices into the memory map; nothing is copied on disk)
         n = train_size(opts, n_data, len(arrays.train_y))
         subset = None if n == len(arrays.train_y) else dataset.subset_rows(arrays.train_y, n, len(arrays.classes))
         # buffers for the rows a rank can hold in one step: a batch_size beyond the data allocates no more
-        ws = Workspace(net, min(opts.batch_size, math.ceil(n / n_data)))
+        ws = Workspace(net, step_rows(opts, n_data, len(arrays.train_y)))
+        exchange = exchange_for(opts.algorithm, opts.sync_every, comm, sizes, ws.batch, dt)
         xbuf = np.empty((ws.batch, net.sizes[0]), dtype=dt)
         views = layer_views(net, params), layer_views(net, grads)
         return cls(arrays, opts, comm, net, params, grads, *views, exchange, n_data, my_slot, n, subset, ws, xbuf)
@@ -195,6 +195,7 @@ class _Run:
         traced = min(steps, self.trace.limit) if self.trace is not None else 0
         t0 = time.perf_counter()
         left = t0
+        factors = None  # the first layer's gradient as factors, for an exchange that gathers them
         for k in range(steps):
             if self.exchange.trains:
                 # the rows of step k: this rank's slot of the k-th global batch
@@ -205,10 +206,11 @@ class _Run:
                 # forward and backward: the loss on those rows and the lr-scaled gradient, in grads
                 scale = _step_scale(opts, len(batch), len(mine))
                 sums += _gradient(self, x, y, scale)
-            # exchange: combine the ranks' updates and step (Allreduce, local SGD or the server)
+                factors = _factors(self, x, len(batch)) if self.exchange.gathers_first_layer else None
+            # exchange: combine the ranks' updates and step (Allreduce, Allgather, local SGD or the server)
             before, arrived = comm.seconds, time.perf_counter()
             serve = [] if k < traced else None  # what a parameter server did when, in traced steps
-            self.exchange.step(self.params, self.grads, k, steps, serve)
+            self.exchange.step(self.params, self.grads, k, steps, serve, factors)
             done = time.perf_counter()
             if comm.seconds != before:
                 computed[k], talked[k], left = arrived - left, True, done
@@ -263,8 +265,16 @@ def _gradient(run: _Run, x, y, scale) -> tuple[float, int, int]:
         return 0.0, 0, 0
     out = forward(run.net, run.layers, x, run.ws)
     loss, correct = loss_and_correct(run.net, out, y)
-    backward(run.net, run.layers, run.grad_layers, x, y, run.ws, scale, update=fused)
+    first = not run.exchange.gathers_first_layer
+    backward(run.net, run.layers, run.grad_layers, x, y, run.ws, scale, update=fused, first=first)
     return loss, correct, len(y)
+
+
+def _factors(run: _Run, x: np.ndarray, global_rows: int) -> tuple:
+    """This rank's factors of the first layer's gradient (its input rows and their scaled output
+    errors, from backward) and every training rank's row count in the global batch (_slot's split)."""
+    q, r = divmod(global_rows, run.n_data)
+    return x, run.ws.delta[0][: len(x)], [q + (s < r) for s in range(run.n_data)]
 
 
 def _global_batch(order: np.ndarray, k: int, size: int, n: int, shuffle: str) -> np.ndarray:

@@ -10,13 +10,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from mpinet.engine import blas
+from mpinet.engine.machine import Machine, this_machine
 
 LOSSES = ("l2", "xent")
 EPS = 1e-5  # variance floor of the per-sample standardization
-TRANSPOSED_FIRST_BELOW = {np.float32: 64, np.float64: 1 << 62}  # see Workspace
-# up to this batch the first layer sums W @ x.T over blocks of FIRST_BLOCK_ELEMENTS // batch inputs
+TRANSPOSED_FIRST_BELOW = {np.float32: 64, np.float64: 1 << 62}  # see first_layer_plan
+# up to this batch the first layer sums W @ x.T over blocks of (L2 bytes // L2_PER_BLOCK_ELEMENT) //
+# batch inputs: 32768 inputs x samples on a core with 1 MiB of L2
 FIRST_BLOCKED_UP_TO = 40
-FIRST_BLOCK_ELEMENTS = 32768
+L2_PER_BLOCK_ELEMENT = 32
 
 
 @dataclass
@@ -64,10 +66,47 @@ def init_params(net: Net, seed: int) -> np.ndarray:
     return flat
 
 
+@dataclass(frozen=True)
+class FirstLayerPlan:
+    """How the wide first layer's forward GEMM runs at one batch size: as W @ x.T into [units, batch]
+    (transposed) or as x @ W.T, and summed over blocks of `block` inputs (0: one GEMM)."""
+
+    transposed: bool
+    block: int
+
+    def describe(self) -> str:
+        order = "W @ x.T" if self.transposed else "x @ W.T"
+        return f"{order} in blocks of {self.block} inputs" if self.block else order
+
+
+def first_layer_plan(n_inputs: int, batch: int, dtype, machine: Machine) -> FirstLayerPlan:
+    """The fixed rule, from the machine's facts (never a timing: the orders and blockings round
+    differently, and a run must be reproducible on its machine).
+
+    With numpy's OpenBLAS, below TRANSPOSED_FIRST_BELOW the layer runs as W @ x.T: OpenBLAS packs the
+    operands differently, 0.61 against 0.98 ms at batch 4 (67500 x 30, one thread); float32 at 64
+    and above is 3-10 % slower that way, float64 faster at every size. Up to FIRST_BLOCKED_UP_TO it
+    sums over blocks of inputs whose inputs x samples are L2 / L2_PER_BLOCK_ELEMENT elements: on two
+    machines with 1 MiB of L2 per core (AMD Zen 4 and Zen 5) 32768 elements was the best block at
+    every batch up to 32 in both dtypes (1.5-2.9x one GEMM), and twice that fell off a cliff, a
+    capacity effect, so the block follows the L2 (benchmarks/cold_rows.py, docs/performance.md).
+    Another BLAS was not measured: it gets the plain x @ W.T."""
+    if machine.blas != "openblas":
+        return FirstLayerPlan(False, 0)
+    transposed = batch < TRANSPOSED_FIRST_BELOW.get(np.dtype(dtype).type, 0)
+    block = block_elements(machine) // batch if transposed and batch <= FIRST_BLOCKED_UP_TO else 0
+    return FirstLayerPlan(transposed, block if 0 < block < n_inputs else 0)
+
+
+def block_elements(machine: Machine) -> int:
+    """Inputs x samples of one block of the first layer's blocked GEMM on this machine."""
+    return machine.l2_bytes // L2_PER_BLOCK_ELEMENT
+
+
 class Workspace:
     """Activations for up to `batch` samples, allocated once so training steps make no large temporaries."""
 
-    def __init__(self, net: Net, batch: int):
+    def __init__(self, net: Net, batch: int, machine: Machine | None = None):
         self.batch = batch
         dt = net.dtype
         # a[l]: float[batch, sizes[l+1]] activations; h[l]: standardized pre-activations of hidden layer l
@@ -76,19 +115,9 @@ class Workspace:
         self.inv_std = [np.empty((batch, 1), dtype=dt) for _ in net.sizes[1:-1]]
         self.delta = [np.empty((batch, n), dtype=dt) for n in net.sizes[1:]]
         self.row = np.empty((batch, 1), dtype=dt)
-        # the wide first layer computed as W @ x.T into [units, batch] below these batch sizes:
-        # OpenBLAS packs the operands differently, and at batch 4 that takes 0.61 ms against 0.98 ms
-        # for x @ W.T (67500 x 30, one thread); float32 at 64 and above it is 3-10 % slower, float64
-        # is faster at every size measured (docs/performance.md). A fixed rule, not a timing at
-        # start-up: the two orders can round differently, and a run must be reproducible.
-        self.first_transposed = batch < TRANSPOSED_FIRST_BELOW.get(dt.type, 0)
+        self.plan = first_layer_plan(net.sizes[0], batch, dt, machine or this_machine())
+        self.first_transposed, self.first_block = self.plan.transposed, self.plan.block
         self.first_t = np.empty((net.sizes[1], batch), dtype=dt) if self.first_transposed else None
-        # and at small batches as a sum over blocks of its inputs: OpenBLAS runs GEMMs whose inputs x
-        # samples stay within FIRST_BLOCK_ELEMENTS 1.5-1.9x faster than one over all 67500 inputs
-        # (0.38 against 0.71 ms at batch 4, 2.2 against 3.4 ms at 32, one thread, rows read from the
-        # file), and slower from batch 48 on (benchmarks/cold_rows.py). Fixed by batch size too.
-        block = FIRST_BLOCK_ELEMENTS // batch if self.first_transposed and batch <= FIRST_BLOCKED_UP_TO else 0
-        self.first_block = block if block < net.sizes[0] else 0
         self.first_part = np.empty_like(self.first_t) if self.first_block else None
 
 
@@ -153,9 +182,13 @@ def loss_and_correct(net: Net, out: np.ndarray, y: np.ndarray) -> tuple[float, i
     return loss, int(np.count_nonzero(np.argmax(out, axis=1) == y))
 
 
-def backward(net: Net, layers, grads, x: np.ndarray, y: np.ndarray, ws: Workspace, scale: float, update=False) -> None:
+def backward(
+    net: Net, layers, grads, x: np.ndarray, y: np.ndarray, ws: Workspace, scale: float, update=False, first=True
+) -> None:
     """Write scale * d(summed loss)/d(params) into the gradient views `grads`, after forward(x);
-    with update=True subtract it from the weights `layers` instead (the serial SGD step).
+    with update=True subtract it from the weights `layers` instead (the serial SGD step). With
+    first=False the first layer's weight gradient is left out (its factors stay in ws.delta[0] and x:
+    mpinet.engine.comm.FactorAllgather).
 
     Training passes scale = learning_rate / global_batch, so the gradient buffer already
     holds the averaged, lr-scaled step and the update is one subtraction. The update folds it into
@@ -183,13 +216,16 @@ def backward(net: Net, layers, grads, x: np.ndarray, y: np.ndarray, ws: Workspac
             _mul_sigmoid_prime(d_prev, ws.a[i - 1][:n])
             if net.standardize and not net.faithful:  # the original ignored the standardization's Jacobian
                 _standardize_backward(d_prev, ws.h[i - 1][:n], ws.inv_std[i - 1][:n], ws.row[:n])
-        _layer_gradient(layers[i], grads[i], d, a_in, update)
+        _layer_gradient(layers[i], grads[i], d, a_in, update, weights=first or i > 0)
 
 
-def _layer_gradient(layer, grad, d: np.ndarray, a_in: np.ndarray, update: bool) -> None:
-    """grad = (d.T @ a_in, sum d), or with update the layer's weights minus it."""
+def _layer_gradient(layer, grad, d: np.ndarray, a_in: np.ndarray, update: bool, weights=True) -> None:
+    """grad = (d.T @ a_in, sum d), or with update the layer's weights minus it; only the bias's
+    part without `weights`."""
     (w, b), (gw, gb) = layer, grad
     np.sum(d, axis=0, out=gb)
+    if not weights:
+        return
     if not update:
         np.matmul(d.T, a_in, out=gw)
         return

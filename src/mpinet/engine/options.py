@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 from mpinet import MpinetError
 from mpinet.engine.model import LOSSES
 
-ALGORITHMS = ("serial", "allreduce", "paramserver")
+ALGORITHMS = ("serial", "allreduce", "allgather", "paramserver")
 SHUFFLES = ("samples", "batches")
 DTYPES = ("float32", "float64")
 
@@ -134,6 +134,11 @@ def train_size(opts: Options, workers: int, n_train: int | None) -> int | None:
     if opts.samples_per_rank:
         return opts.samples_per_rank * workers
     return opts.train_samples or n_train
+
+
+def step_rows(opts: Options, workers: int, n_train: int) -> int:
+    """The most rows a training rank holds in one step: its batch, or its share of a smaller set."""
+    return min(opts.batch_size, math.ceil(train_size(opts, workers, n_train) / workers))
 
 
 def data_ranks(algorithm: str, ranks: int) -> int:

@@ -15,7 +15,9 @@ from mpinet.datasets import dataset
 from mpinet.engine import blas
 from mpinet.engine.comm import Comm, mpi_library_version
 from mpinet.engine.loop import METRIC_COLUMNS, Result
-from mpinet.engine.options import Options, data_ranks, train_size
+from mpinet.engine.machine import this_machine
+from mpinet.engine.model import first_layer_plan
+from mpinet.engine.options import Options, data_ranks, step_rows, train_size
 from mpinet.engine.timeline import TIMELINE_FILE, trace_events
 from mpinet.files import atomic_path, write_json
 from mpinet.fingerprints import NUMERICS
@@ -92,6 +94,10 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
     affinity = comm.gather_strings(",".join(map(str, sorted(os.sched_getaffinity(0)))))
     cores = dict(h.rsplit(" ", 1) for h in hosts)  # host -> its CPUs
     models = dict(zip((h.rsplit(" ", 1)[0] for h in hosts), comm.gather_strings(cpu_model())))
+    workers = data_ranks(opts.algorithm, comm.size)
+    rows, m = step_rows(opts, workers, len(arrays.train_y)), this_machine()
+    plan = first_layer_plan(arrays.train_x.shape[1], rows, opts.dtype, m).describe()
+    plans = comm.gather_objects({"l2_bytes": m.l2_bytes, "l2_source": m.l2_source, "first_layer": plan})
     meta = {
         "ranks": comm.size,
         "data_ranks": data_ranks(opts.algorithm, comm.size),
@@ -100,6 +106,9 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
         "cores": sum(int(n) for n in cores.values()),  # on all the hosts the ranks ran on
         "rank_hosts": [h.rsplit(" ", 1)[0] for h in hosts],  # by rank
         "cpu_model": models,  # host -> the CPU it has (/proc/cpuinfo)
+        # host -> its L2 per core and the first layer's operand order and blocking it gave
+        # (mpinet.engine.model.first_layer_plan)
+        "first_layer": dict(zip((h.rsplit(" ", 1)[0] for h in hosts), plans)),
         "data": {
             "path": str(data_dir),
             # the samples trained on (a subset when train_samples or samples_per_rank asks), of all
@@ -155,5 +164,7 @@ def cpu_model() -> str:
 
 
 def _steps_in_backward(opts: Options, comm: Comm) -> bool:
-    """Whether this design's exchange leaves the update to backward (mpinet.engine.comm's exchanges)."""
-    return comm.mpi is None or (opts.algorithm != "paramserver" and opts.sync_every > 1)
+    """Whether this design's update is folded into a GEMM: in backward (serial, local SGD) or in the
+    exchange (allgather's first layer); mpinet.engine.comm's exchanges."""
+    local_sgd = opts.algorithm != "paramserver" and opts.sync_every > 1
+    return comm.mpi is None or opts.algorithm == "allgather" or local_sgd
