@@ -64,3 +64,11 @@ def test_a_subset_larger_than_prepared_data_is_refused_naming_the_dataset():
     cfg["experiments"][0]["train_samples"] = 500
     with pytest.raises(MpinetError, match="config: .*train_samples 500 is more than the 105 training samples"):
         check_study(cfg, SCHEMA, {"iris": (105, 3)}.get)
+
+
+def test_the_schema_names_every_design_the_engine_has():
+    """The schema's enum and mpinet.engine.options.ALGORITHMS are two lists that must agree."""
+    from mpinet.engine.options import ALGORITHMS
+
+    schema = yaml.safe_load(SCHEMA.read_text())
+    assert tuple(schema["$defs"]["algorithm"]["enum"]) == ALGORITHMS

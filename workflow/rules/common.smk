@@ -37,6 +37,7 @@ from mpinet.analysis.figures import FIGURES
 from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION, SYNTHESIS, job_code, script_code
 from mpinet.layout import RECORD_FILE, RUN_FILES, RUNS_ROOT, TRAIN_LOGS, RunPaths, output_key
 from mpinet.engine.checkpoint import remove_finished
+from mpinet.engine.options import ALGORITHMS
 from mpinet.launch.slurm import TrainingJob, check_fits, mem_per_cpu_mb, partitions
 from mpinet.datasets.sources import local_inputs, prepare_options, source_digest
 from mpinet.study.config import check_study
@@ -96,7 +97,7 @@ REPORT_DESCRIPTION = workflow.source_path("../report/workflow.rst")
 
 wildcard_constraints:
     dataset="|".join(config["datasets"]),
-    algorithm="serial|allreduce|paramserver",
+    algorithm="|".join(ALGORITHMS),
     ranks=r"\d+",
     blas_threads=r"\d+",
     batch_size=r"\d+",

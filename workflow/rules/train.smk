@@ -43,7 +43,8 @@ rule train_single:
         TRAIN_BENCHMARK
     wildcard_constraints:
         ranks="1",
-        algorithm="serial|allreduce",
+        # every design but the parameter server (its rank 0 does not train) runs on one rank
+        algorithm="|".join(a for a in ALGORITHMS if a != "paramserver"),
     priority: lambda w: GRID.priorities[grid_path(w)]
     group:
         get_pool
@@ -75,7 +76,7 @@ rule train_mpi:
         TRAIN_BENCHMARK
     wildcard_constraints:
         ranks=r"[2-9]|[1-9]\d+",
-        algorithm="allreduce|paramserver",
+        algorithm="|".join(a for a in ALGORITHMS if a != "serial"),
     priority: lambda w: GRID.priorities[grid_path(w)]
     group:
         get_pool
