@@ -6,6 +6,12 @@ run with designs interleaved per repeat; every rank uses one BLAS thread. The tr
 real `python -m mpinet.train` (shuffle=batches: contiguous zero-copy batches, standardization
 off to match the plain DDP model); its per-epoch times exclude evaluation and the first
 (warm-up) epoch. Writes JSON and a Markdown table to benchmarks/results/ and prints the table.
+
+Figures that hold still: each configuration runs at least --repeats times and then again, round
+after round, until its median epoch time is known to within --precision (the half-width of its 95 %
+bootstrap interval over runs and epochs, mpinet.analysis.confidence) or it has run --max-repeats
+times; a cell that never got there is marked noisy. Every roofline share and ratio carries its
+95 % interval (ratios: per-run medians, Welch's t on the logarithms).
 """
 
 import argparse
@@ -46,26 +52,27 @@ def main(argv=None) -> int:
     torch_ok = _has_torch() and not a.no_torch
     with tempfile.TemporaryDirectory(prefix="mpinet-bench-") as tmp:
         data = make_data(Path(tmp) / "data", a.samples, a.features)
-        designs = [("serial", 1), *[("allreduce", p) for p in a.ranks], *[("paramserver", p) for p in a.ranks if p > 1]]
-        runs = []
+        designs = [("serial", 1), *[("allreduce", p) for p in a.ranks]]
+        designs += [(d, p) for d in ("allgather", "paramserver") for p in a.ranks if p > 1]
         # the engine before a change (--before) and without the fused update (--unfused), beside it
         variants = {d: ("before",) * bool(a.before) for d in ("serial", "allreduce")}
         if a.unfused:
             variants["serial"] += ("unfused",)
-        total = a.repeats * len(a.dtypes) * len(a.batches) * (len(designs) + torch_ok * len(a.ranks))
-        total += a.repeats * len(a.dtypes) * len(a.batches) * sum(len(variants[d]) for d, _ in designs if d in variants)
-        for rep in range(a.repeats):
-            for dtype in a.dtypes:
-                for b in a.batches:
-                    for algorithm, p in designs:
-                        for impl in ("mpinet", *variants.get(algorithm, ())):
-                            cell = (algorithm, p, b, dtype, hidden, a.epochs, rep, impl, a.before)
-                            runs.append(run_ours(data, Path(tmp), *cell))
-                            _progress(len(runs), total, runs[-1])
-                    if torch_ok:
-                        for p in a.ranks:
-                            runs.append(run_ddp(data, b, dtype, hidden, a.epochs, p, rep))
-                            _progress(len(runs), total, runs[-1])
+        cells = []  # every configuration, in the order one round runs them: designs side by side
+        for dtype in a.dtypes:
+            for b in a.batches:
+                for algorithm, p in designs:
+                    for impl in ("mpinet", *variants.get(algorithm, ())):
+                        cells.append(("ours", (algorithm, p, b, dtype, hidden, a.epochs), impl))
+                if torch_ok:
+                    cells += [("ddp", (b, dtype, hidden, a.epochs, p), "torch-ddp") for p in a.ranks]
+        runs = run_rounds(
+            cells,
+            a,
+            lambda kind, args, impl, rep: (
+                run_ours(data, Path(tmp), *args, rep, impl, a.before) if kind == "ours" else run_ddp(data, *args, rep)
+            ),
+        )
         gemm, bandwidth, steps = measure_kernels(data, a)
         n_params = Net((a.features, *hidden, CLASSES)).n_params
         allreduce = {dt: allreduce_time(n_params, dt) for dt in a.dtypes} if max(a.ranks) > 1 else {}
@@ -98,7 +105,14 @@ def parse_args(argv):
     p.add_argument("--dtypes", nargs="+", default=["float32", "float64"], choices=["float32", "float64"])
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2], help="rank counts for the MPI designs")
     p.add_argument("--epochs", type=int, default=2, help="timed epochs per run (one more is run as warm-up)")
-    p.add_argument("--repeats", type=int, default=3, help="whole runs per configuration")
+    p.add_argument("--repeats", type=int, default=3, help="whole runs per configuration, at least")
+    p.add_argument("--max-repeats", type=int, default=10, help="whole runs per configuration, at most")
+    p.add_argument(
+        "--precision",
+        type=float,
+        default=0.05,
+        help="run a configuration again until its median epoch's 95 %% interval is within this fraction of it",
+    )
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch DDP peer")
     p.add_argument(
         "--before", metavar="SRC", help="also run serial and allreduce with the package in SRC (an older src/)"
@@ -134,6 +148,48 @@ def make_data(d: Path, n: int, features: int) -> Path:
     return d
 
 
+def run_rounds(cells, a, run) -> list[dict]:
+    """Run every cell once per round, interleaved, for at least a.repeats rounds; then again only the
+    cells whose median is not yet known to within a.precision, up to a.max_repeats runs each."""
+    runs, rep = [], 0
+    while todo := [c for c in cells if needs_more([r for r in runs if _cell_of(r) == _key(c)], a)]:
+        for i, (kind, args, impl) in enumerate(todo, 1):
+            runs.append(run(kind, args, impl, rep))
+            _progress(rep + 1, i, len(todo), runs[-1])
+        rep += 1
+    return runs
+
+
+def needs_more(done: list[dict], a) -> bool:
+    if len(done) < a.repeats:
+        return True
+    return len(done) < a.max_repeats and spread(done)["half_width"] > a.precision
+
+
+def spread(done: list[dict]) -> dict:
+    """The median epoch time over a cell's runs and its 95 % interval (a two-level bootstrap over the
+    runs and their epochs), with the interval's half-width relative to the median."""
+    from mpinet.analysis.confidence import bootstrap_medians, interval
+
+    launches = [np.asarray(r["epochs_s"]) for r in done]
+    median = float(np.median(np.concatenate(launches)))
+    low, high = interval(bootstrap_medians(launches))
+    return {"median": median, "low": low, "high": high, "half_width": (high - low) / 2 / median}
+
+
+def _key(cell) -> tuple:
+    kind, args, impl = cell
+    if kind == "ours":
+        algorithm, p, b, dtype = args[:4]
+        return (impl, algorithm, p, b, dtype)
+    b, dtype, _, _, p = args
+    return (impl, "ddp", p, b, dtype)
+
+
+def _cell_of(run: dict) -> tuple:
+    return (run["impl"], run["design"], run["ranks"], run["batch"], run["dtype"])
+
+
 def run_ours(data, tmp, algorithm, ranks, batch, dtype, hidden, epochs, rep, impl="mpinet", before=None) -> dict:
     """One training run; impl "before" runs the package in `before` (--before), "unfused" this one without
     the fused update (mpinet.engine.blas.OFF), for the gains of an engine change measured side by side."""
@@ -162,6 +218,7 @@ def run_ours(data, tmp, algorithm, ranks, batch, dtype, hidden, epochs, rep, imp
         "dtype": dtype,
         "repeat": rep,
         "epoch_s": float(m["time_s"].median()),
+        "epochs_s": [float(t) for t in m["time_s"]],
         "compute_s": float(m["compute_s"].median()),
         "comm_s": float(m["comm_s"].median()),
         "peak_rss_mb": meta["peak_rss_mb"],
@@ -187,6 +244,7 @@ def run_ddp(data, batch, dtype, hidden, epochs, ranks, rep) -> dict:
         "dtype": dtype,
         "repeat": rep,
         "epoch_s": float(statistics.median(times)),
+        "epochs_s": [float(t) for t in times],
         "compute_s": None,
         "comm_s": None,
         "peak_rss_mb": None,
@@ -426,67 +484,93 @@ def allreduce_worker(a) -> int:
 
 
 def summarize(runs, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth) -> dict:
-    """The Markdown report and the per-cell numbers the headline rows are read from."""
-    import pandas as pd
+    """The Markdown report and the per-cell numbers (each with its 95 % interval) the headlines are read from."""
+    from mpinet.analysis.confidence import compare_launches
 
-    df = pd.DataFrame(runs)
-    key = ["impl", "design", "ranks", "batch", "dtype"]
-    epochs = df.set_index([*key, "repeat"])["epoch_s"].sort_index()
-    g = df.groupby(key, sort=False)
-    cells = g["epoch_s"].agg(["median", "min", "max"]).join(g[["compute_s", "comm_s", "peak_rss_mb"]].median())
+    by_cell: dict[tuple, list[dict]] = {}
+    for r in runs:
+        by_cell.setdefault(_cell_of(r), []).append(r)
 
-    def per_repeat(impl, design, ranks, batch, dtype) -> pd.Series:
-        try:
-            return epochs.loc[(impl, design, ranks, batch, dtype)]
-        except KeyError:
-            return pd.Series(dtype=float)
+    def ratio(this: tuple, other: tuple) -> dict:
+        """other ÷ this over the runs' own medians, with its interval (NaN when a side is missing)."""
+        if other not in by_cell:
+            return {"ratio": float("nan"), "ratio_ci_low": float("nan"), "ratio_ci_high": float("nan")}
+        per_run = [np.array([r["epoch_s"] for r in by_cell[k]]) for k in (this, other)]
+        return compare_launches(*per_run)
 
-    def ratio(num: pd.Series, den: pd.Series) -> float:
-        """Median of per-repeat ratios: each pair was measured back to back."""
-        r = (num / den).dropna()
-        return float(r.median()) if len(r) else float("nan")
-
-    header = ["dtype", "batch/rank", "design", "ranks", "epoch s (min-max)", "samples/s", "comm %", "GEMM-limit %"]
-    header += ["roofline %"]
-    header += ["14,034-image epoch s", "speedup vs serial", "DDP ÷ ours", "before ÷ ours"]
+    header = ["dtype", "batch/rank", "design", "ranks", "runs", "epoch s [95 % interval]", "samples/s", "comm %"]
+    header += ["GEMM-limit %", "roofline % [95 %]", "14,034-image epoch s", "speedup vs serial"]
+    header += ["DDP ÷ ours", "before ÷ ours"]
     table = [header, ["---"] * len(header)]
-    targets = {}
-    for (impl, design, ranks, batch, dtype), c in cells.iterrows():
+    targets, noisy = {}, []
+    for key, done in by_cell.items():
+        impl, design, ranks, batch, dtype = key
         ours = impl != "torch-ddp"  # this engine, or a variant of it
-        this = per_repeat(impl, design, ranks, batch, dtype)
+        sp = spread(done)
         train_ranks = ranks - 1 if design == "paramserver" else ranks
         gk = gemm[f"{dtype}/{batch}"]
         n_steps = -(-a.samples // (batch * train_ranks))
-        share = n_steps * (gk["fwd_s"] + gk["bwd_s"]) / c["median"] if ours else float("nan")
-        roof = _roofline(steps[f"{dtype}/{batch}"], design, ranks, allreduce.get(dtype, 0.0), n_steps, c["median"])
-        speedup = ratio(per_repeat("mpinet", "serial", 1, batch, dtype), this) if impl == "mpinet" else float("nan")
-        ddp = ratio(per_repeat("torch-ddp", "ddp", ranks, batch, dtype), this) if ours and torch_ok else float("nan")
-        gain = ratio(per_repeat("before", design, ranks, batch, dtype), this) if impl != "before" else float("nan")
+        share = n_steps * (gk["fwd_s"] + gk["bwd_s"]) / sp["median"] if ours else float("nan")
+        roof = _roofline(steps[f"{dtype}/{batch}"], design, ranks, allreduce.get(dtype, 0.0), n_steps, 1.0)
+        roof = {"share": roof / sp["median"], "low": roof / sp["high"], "high": roof / sp["low"]}
+        speedup = ratio(key, ("mpinet", "serial", 1, batch, dtype)) if impl == "mpinet" else _nan_ratio()
+        ddp = ratio(key, ("torch-ddp", "ddp", ranks, batch, dtype)) if ours and torch_ok else _nan_ratio()
+        gain = ratio(key, ("before", design, ranks, batch, dtype)) if impl != "before" else _nan_ratio()
         label = design if impl in ("mpinet", "torch-ddp") else f"{design} [{impl}]"
-        comm = 100 * c["comm_s"] / (c["compute_s"] + c["comm_s"]) if ours else float("nan")
-        intel = c["median"] / a.samples * INTEL_SAMPLES
+        comm_s = np.median([r["comm_s"] for r in done]) if ours else float("nan")
+        compute_s = np.median([r["compute_s"] for r in done]) if ours else float("nan")
+        comm = 100 * comm_s / (compute_s + comm_s) if ours else float("nan")
+        intel = sp["median"] / a.samples * INTEL_SAMPLES
+        still = sp["half_width"] <= a.precision
+        if not still:
+            noisy.append(f"{dtype} batch {batch} {label} on {ranks} (±{100 * sp['half_width']:.0f} %)")
         table.append(
-            [dtype, batch, label, ranks, f"{c['median']:.3f} ({c['min']:.3f}-{c['max']:.3f})"]
-            + [f"{a.samples / c['median']:,.0f}", _f(comm, 0), _f(100 * share, 0), _f(100 * roof, 0)]
-            + [f"{intel:.2f}", _f(speedup, 2)]
-            + [_f(ddp, 2), _f(gain, 2)]
+            [dtype, batch, label, ranks, len(done), f"{sp['median']:.3f} [{sp['low']:.3f}, {sp['high']:.3f}]"]
+            + [f"{a.samples / sp['median']:,.0f}", _f(comm, 0), _f(100 * share, 0), _share(roof)]
+            + [f"{intel:.2f}", _ratio(speedup), _ratio(ddp), _ratio(gain)]
         )
+        if not still:
+            table[-1][5] += " (noisy)"
         variant = "" if impl in ("mpinet", "torch-ddp") else f"/{impl}"
         targets[f"{dtype}/{batch}/{design}/{ranks}{variant}"] = {
-            "epoch_s": c["median"],
+            "epoch_s": sp["median"],
+            "epoch_ci": [sp["low"], sp["high"]],
+            "runs": len(done),
+            "settled": still,
             "gemm_share": share,
-            "roofline_share": roof,
-            "speedup_vs_serial": speedup,
-            "ddp_over_ours": ddp,
-            "before_over_ours": gain,
-            "peak_rss_mb": c["peak_rss_mb"],
+            "roofline_share": roof["share"],
+            "roofline_ci": [roof["low"], roof["high"]],
+            "speedup_vs_serial": speedup["ratio"],
+            "speedup_ci": [speedup["ratio_ci_low"], speedup["ratio_ci_high"]],
+            "ddp_over_ours": ddp["ratio"],
+            "before_over_ours": gain["ratio"],
+            "before_ci": [gain["ratio_ci_low"], gain["ratio_ci_high"]],
+            "peak_rss_mb": float(np.median([r["peak_rss_mb"] or np.nan for r in done])),
             "intel_epoch_s": intel,
         }
-    markdown = _report(table, targets, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth)
+    markdown = _report(table, targets, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth, noisy)
     return {"markdown": markdown, "targets": targets}
 
 
-def _report(table, targets, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth) -> str:
+def _nan_ratio() -> dict:
+    return {"ratio": float("nan"), "ratio_ci_low": float("nan"), "ratio_ci_high": float("nan")}
+
+
+def _ratio(r: dict) -> str:
+    if r["ratio"] != r["ratio"]:
+        return "-"
+    if r["ratio_ci_low"] != r["ratio_ci_low"]:
+        return f"{r['ratio']:.2f}"
+    return f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+
+
+def _share(roof: dict) -> str:
+    if roof["share"] != roof["share"]:
+        return "-"
+    return f"{100 * roof['share']:.0f} [{100 * roof['low']:.0f}, {100 * roof['high']:.0f}]"
+
+
+def _report(table, targets, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth, noisy) -> str:
     """The Markdown report around the table: the machine and workload, limits, kernels, headlines."""
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     lines = [
@@ -495,8 +579,10 @@ def _report(table, targets, gemm, allreduce, a, n_params, torch_ok, steps, bandw
         f"Machine: {machine}; Python {platform.python_version()}, numpy {np.__version__} ({_blas()}); "
         f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}.",
         f"Workload: {a.samples} samples x {a.features} features, net {a.features}-{'-'.join(map(str, a.hidden))}-6 "
-        f"({n_params:,} parameters), 1 BLAS thread per rank, {a.epochs} timed epochs per run, {a.repeats} runs; "
-        "cells are the median over runs of each run's median epoch, with the min-max range.",
+        f"({n_params:,} parameters), 1 BLAS thread per rank, {a.epochs} timed epochs per run, {a.repeats} to "
+        f"{a.max_repeats} runs per cell, until the median epoch is known to ±{100 * a.precision:.0f} %; cells are "
+        "the median epoch over runs and epochs with its 95 % interval; ratios are of the runs' medians, with theirs.",
+        f"{_machine_line()}",
         "",
         *("| " + " | ".join(map(str, row)) + " |" for row in table),
         "",
@@ -519,6 +605,9 @@ def _report(table, targets, gemm, allreduce, a, n_params, torch_ok, steps, bandw
         )
     if not torch_ok:
         lines.append("PyTorch DDP: skipped (torch not importable here; `pip install torch` adds it).")
+    if noisy:
+        lines += ["", f"Too noisy to conclude (not within ±{100 * a.precision:.0f} % after {a.max_repeats} runs): "]
+        lines[-1] += "; ".join(noisy) + "."
     lines += ["", *headline_lines(targets, a, n_params)]
     return "\n".join(lines) + "\n"
 
@@ -556,28 +645,32 @@ def headline_lines(t, a, n_params) -> list[str]:
     shard_mb = a.samples * a.features * 4 / 2 / 1e6
     rss = get("float32/32/allreduce/2", "peak_rss_mb")
     budget = shard_mb + 3 * n_params * 4 / 1e6 + 150
+
+    def share(tag):
+        low, high = t.get(tag, {}).get("roofline_ci", [float("nan")] * 2)
+        return f"{_pct(get(tag, 'roofline_share'))} [{_pct(low)}, {_pct(high)}]"
+
+    def speedup(tag):
+        low, high = t.get(tag, {}).get("speedup_ci", [float("nan")] * 2)
+        return f"{_f(get(tag, 'speedup_vs_serial'), 2)} [{_f(low, 2)}, {_f(high, 2)}]"
+
     rows = [
-        (
-            "roofline share, serial / allreduce on 2 ranks, batch 4 / 32 / 256",
-            " / ".join(
-                f"{_pct(get(f'float32/{b}/serial/1', 'roofline_share'))} / "
-                f"{_pct(get(f'float32/{b}/allreduce/2', 'roofline_share'))}"
-                for b in (4, 32, 256)
-            ),
+        *(
+            (
+                f"roofline share [95 %], {name}, batch 4 / 32 / 256",
+                " / ".join(share(f"float32/{b}/{tag}") for b in (4, 32, 256)),
+            )
+            for name, tag in (("serial", "serial/1"), ("allreduce on 2 ranks", "allreduce/2"))
+        ),
+        *(
+            (
+                f"speedup over serial [95 %], {name} on 2 ranks, batch 4 / 32 / 256",
+                " / ".join(speedup(f"float32/{b}/{d}/2") for b in (4, 32, 256)),
+            )
+            for name, d in (("allreduce", "allreduce"), ("allgather", "allgather"))
         ),
         ("serial epoch at batch 256, share of the GEMM limit", _pct(get("float32/256/serial/1", "gemm_share"))),
         ("serial epoch at batch 32, share of the GEMM limit", _pct(get("float32/32/serial/1", "gemm_share"))),
-        (
-            "allreduce speedup, 2 ranks vs 1, batch 256",
-            _x(
-                get("float32/256/allreduce/2", "speedup_vs_serial")
-                / get("float32/256/allreduce/1", "speedup_vs_serial")
-            ),
-        ),
-        (
-            "allreduce speedup, 2 ranks vs 1, batch 32",
-            _x(get("float32/32/allreduce/2", "speedup_vs_serial") / get("float32/32/allreduce/1", "speedup_vs_serial")),
-        ),
         (
             "PyTorch DDP (gloo) time / ours, 2 ranks, batch 256 / 32 / 4",
             " / ".join(_f(get(f"float32/{b}/allreduce/2", "ddp_over_ours"), 2) for b in (256, 32, 4)),
@@ -661,6 +754,15 @@ def kernels_worker(a) -> int:
     return 0
 
 
+def _machine_line() -> str:
+    """The facts the engine's first-layer plan follows (mpinet.engine.machine), and the CPU."""
+    from mpinet.engine.machine import this_machine
+    from mpinet.engine.runfiles import cpu_model
+
+    m = this_machine()
+    return f"CPU: {cpu_model()}; L2 per core {m.l2_bytes >> 10} KiB ({m.l2_source}); BLAS {m.blas} {m.blas_kernel}."
+
+
 def _blas() -> str:
     from threadpoolctl import threadpool_info
 
@@ -679,10 +781,10 @@ def _has_torch() -> bool:
     return True
 
 
-def _progress(done, total, run) -> None:
+def _progress(round_, done, total, run) -> None:
     print(
-        f"[{done}/{total}] {run['impl']} {run['design']} P={run['ranks']} B={run['batch']} {run['dtype']}: "
-        f"{run['epoch_s']:.3f} s/epoch",
+        f"[round {round_}: {done}/{total}] {run['impl']} {run['design']} P={run['ranks']} B={run['batch']} "
+        f"{run['dtype']}: {run['epoch_s']:.3f} s/epoch",
         file=sys.stderr,
         flush=True,
     )

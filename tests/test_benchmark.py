@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import REPO, env
 
@@ -15,8 +16,8 @@ def test_benchmark_script_writes_its_table(tmp_path):
     p = subprocess.run([*cmd, "--out", str(tmp_path)], capture_output=True, text=True, env=env(), timeout=300)
     assert p.returncode == 0, p.stderr
     table = next(tmp_path.glob("bench-*.md")).read_text()
-    for row in ("| float32 | 4 | serial | 1 |", "| float32 | 4 | allreduce | 2 |", "| float32 | 4 | paramserver | 2 |"):
-        assert row in table
+    for design in ("serial | 1", "allreduce | 2", "allgather | 2", "paramserver | 2"):
+        assert f"| float32 | 4 | {design} | 1 | " in table  # one run each (--repeats 1, no noise check needed)
     for row in ("| float32 | 4 | serial [unfused] | 1 |", "| float32 | 4 | serial [before] | 1 |"):
         assert row in table
     assert "| before ÷ ours |" in next(line for line in table.splitlines() if line.startswith("| dtype |"))
@@ -29,6 +30,33 @@ def test_benchmark_script_writes_its_table(tmp_path):
     assert named == [("serial", "forward"), ("serial", "backward + update"), ("serial", "step"), *alone, *at_once]
     assert all(float(k[3]) > 0 and float(k[4]) > 0 for k in kernels)  # bound and measured milliseconds
     assert next(tmp_path.glob("bench-*.json")).stat().st_size > 0
+
+
+def test_the_benchmark_repeats_a_configuration_until_its_median_holds_still():
+    """A steady configuration stops at --repeats runs; a noisy one runs again, round after round, up to
+    --max-repeats, and is then reported as noisy; the interval is the bootstrap's over runs and epochs."""
+    import argparse
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench
+
+    rng = np.random.default_rng(0)
+
+    def fake(kind, args, impl, rep):
+        algorithm, ranks, batch, dtype = args[:4]
+        epochs = [1.0, 1.0] if algorithm == "serial" else list(rng.uniform(0.5, 1.5, 2))
+        common = {"impl": impl, "design": algorithm, "ranks": ranks, "batch": batch, "dtype": dtype}
+        return {**common, "repeat": rep, "epoch_s": float(np.median(epochs)), "epochs_s": epochs}
+
+    cells = [("ours", ("serial", 1, 4, "float32"), "mpinet"), ("ours", ("allreduce", 2, 4, "float32"), "mpinet")]
+    a = argparse.Namespace(repeats=3, max_repeats=6, precision=0.05)
+    runs = bench.run_rounds(cells, a, fake)
+    assert [r["repeat"] for r in runs if r["design"] == "serial"] == [0, 1, 2]
+    assert [r["repeat"] for r in runs if r["design"] == "allreduce"] == [0, 1, 2, 3, 4, 5]
+    steady = bench.spread([r for r in runs if r["design"] == "serial"])
+    assert steady["median"] == steady["low"] == steady["high"] == 1.0 and steady["half_width"] == 0
+    noisy = bench.spread([r for r in runs if r["design"] == "allreduce"])
+    assert noisy["low"] < noisy["median"] < noisy["high"] and noisy["half_width"] > 0.05
 
 
 def test_cold_rows_script_times_every_mode_per_batch():
