@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="mpinet-bench-") as tmp:
         data = make_data(Path(tmp) / "data", a.samples, a.features)
         designs = [("serial", 1), *[("allreduce", p) for p in a.ranks]]
-        designs += [(d, p) for d in ("allgather", "paramserver") for p in a.ranks if p > 1]
+        designs += [(d, p) for d in ("allgather", "sharded", "paramserver") for p in a.ranks if p > 1]
         # the engine before a change (--before) and without the fused update (--unfused), beside it
         variants = {d: ("before",) * bool(a.before) for d in ("serial", "allreduce")}
         if a.unfused:
@@ -667,7 +667,7 @@ def headline_lines(t, a, n_params) -> list[str]:
                 f"speedup over serial [95 %], {name} on 2 ranks, batch 4 / 32 / 256",
                 " / ".join(speedup(f"float32/{b}/{d}/2") for b in (4, 32, 256)),
             )
-            for name, d in (("allreduce", "allreduce"), ("allgather", "allgather"))
+            for name, d in (("allreduce", "allreduce"), ("allgather", "allgather"), ("sharded", "sharded"))
         ),
         ("serial epoch at batch 256, share of the GEMM limit", _pct(get("float32/256/serial/1", "gemm_share"))),
         ("serial epoch at batch 32, share of the GEMM limit", _pct(get("float32/32/serial/1", "gemm_share"))),

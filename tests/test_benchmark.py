@@ -16,7 +16,7 @@ def test_benchmark_script_writes_its_table(tmp_path):
     p = subprocess.run([*cmd, "--out", str(tmp_path)], capture_output=True, text=True, env=env(), timeout=300)
     assert p.returncode == 0, p.stderr
     table = next(tmp_path.glob("bench-*.md")).read_text()
-    for design in ("serial | 1", "allreduce | 2", "allgather | 2", "paramserver | 2"):
+    for design in ("serial | 1", "allreduce | 2", "allgather | 2", "sharded | 2", "paramserver | 2"):
         assert f"| float32 | 4 | {design} | 1 | " in table  # one run each (--repeats 1, no noise check needed)
     for row in ("| float32 | 4 | serial [unfused] | 1 |", "| float32 | 4 | serial [before] | 1 |"):
         assert row in table

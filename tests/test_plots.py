@@ -162,3 +162,12 @@ def test_the_timeline_figure_draws_one_run_per_design_at_its_largest_rank_count(
     assert "compute (forward, backward)" in texts["timeline"]["legend"]
     assert "server: apply one worker's update" in texts["timeline"]["legend"]
     assert texts["timeline"]["xlabels"] == ["milliseconds from the start of the last epoch (its first 6 steps)"]
+
+
+def test_every_design_has_a_colour_and_names():
+    """The figures' design tables and the engine's ALGORITHMS are lists that must agree."""
+    from mpinet.analysis import plots, timelines
+    from mpinet.engine.options import ALGORITHMS
+
+    for table in (plots.DESIGN_COLORS, plots.DESIGN_NAMES, plots.SHORT_NAMES, timelines.DESIGN_NAMES):
+        assert tuple(table) == ALGORITHMS

@@ -111,6 +111,34 @@ def test_allgather_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffl
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize(
+    "ranks,shuffle,extra",
+    [
+        (2, "batches", ()),
+        (3, "samples", ("--hidden", 31, 20)),  # 31 units over 3 ranks: 11, 10 and 10
+        (2, "samples", ("--faithful", "true", "--learning-rate", 0.001)),
+    ],
+)
+def test_sharded_first_layer_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffle, extra):
+    """Each rank steps only its units' rows of the first layer, on the gathered global batch; the
+    weights gathered at the end are serial's on P x the batch, a partial last batch included."""
+    data = write_dataset(tmp_path / "d", n_train=61, n_test=10, dim=200)
+    common = ("--shuffle", shuffle, *extra)
+    run_train(None, *_args(data, tmp_path / "s", "--batch-size", 4 * ranks, *common))
+    run_train(ranks, *_args(data, tmp_path / "h", "--batch-size", 4, "--algorithm", "sharded", *common))
+    serial, sharded = weights(tmp_path / "s"), weights(tmp_path / "h")
+    assert np.abs(serial - sharded).max() < 1e-10
+    ms, mh = pd.read_csv(tmp_path / "s" / "metrics.csv"), pd.read_csv(tmp_path / "h" / "metrics.csv")
+    for col in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+        assert np.allclose(ms[col], mh[col], rtol=0, atol=1e-10), col
+    # no gradient is sent: the step's rows (4 x 200 inputs and a label) and the units' outputs,
+    # and once an epoch the rank's rows of the first layer
+    steps, units = -(-61 // (4 * ranks)), -(-30 // ranks) + 1  # a rank's units, at most
+    sent = pd.read_csv(tmp_path / "h" / "metrics.csv")["bytes_sent"].max()
+    assert sent <= steps * 8 * (4 * 201 + units * 4 * ranks) + 8 * units * 200 < steps * 8 * 200 * 30 / 3
+
+
+@pytest.mark.mpi
 def test_allgather_in_float32_matches_allreduce_to_rounding(tmp_path):
     data = write_dataset(tmp_path / "d", n_train=40, n_test=10)
     args = ("--data", data, "--epochs", 2, "--learning-rate", 0.5, "--batch-size", 4)

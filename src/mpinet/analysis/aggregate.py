@@ -26,10 +26,16 @@ def load_epochs(runs: list[dict]) -> pd.DataFrame:
 
     runs: dicts holding every PARAMS key and `dir`, the run's output directory.
     """
-    frames = []
+    return read_runs(runs)[0]
+
+
+def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, list[tuple[str, dict]]]:
+    """load_epochs' table, and each run's (directory, run.json) as read for it."""
+    frames, records = [], []
     for run in runs:
         d = Path(run["dir"])
         m, meta = read_run(d, int(run["epochs"]))
+        records.append((str(d), meta))
         for key in PARAMS:
             m[key] = run[key]
         m["train_samples"] = meta["data"]["train_samples"]
@@ -44,7 +50,7 @@ def load_epochs(runs: list[dict]) -> pd.DataFrame:
     front = list(dict.fromkeys([*PARAMS, "run_dir", "train_samples", "features", "classes", "isolation", "nodes"]))
     front.append("cores")
     df = pd.concat(frames, ignore_index=True)
-    return df[front + [c for c in df.columns if c not in front]]
+    return df[front + [c for c in df.columns if c not in front]], records
 
 
 ISOLATED = ("one-at-a-time", "exclusive-node")  # run.json isolation modes whose timings stand alone
@@ -254,9 +260,8 @@ def write_tables(
     and each run's model error (runs.csv); with references, each one's check (references_csv); the
     environment the runs recorded (environment_csv, also on the front page) and SLURM's accounting of
     each run (accounting_csv, its columns also in runs.csv)."""
-    epochs = load_epochs(runs)
+    epochs, records = read_runs(runs)
     per_run = summarize_runs(epochs, target_accuracy)
-    records = [(str(Path(r["dir"])), json.loads((Path(r["dir"]) / RECORD_FILE).read_text())) for r in runs]
     environment = environment_table([meta for _, meta in records])
     if environment_csv is not None:
         environment.to_csv(environment_csv, index=False)

@@ -19,14 +19,27 @@ from mpinet.analysis.timelines import timeline_figure
 from mpinet.files import atomic_path
 from mpinet.study.experiments import variant_values, varying
 
-DESIGN_COLORS = {"serial": "#4d4d4d", "allreduce": "#1f77b4", "allgather": "#2ca02c", "paramserver": "#d62728"}
+DESIGN_COLORS = {
+    "serial": "#4d4d4d",
+    "allreduce": "#1f77b4",
+    "allgather": "#2ca02c",
+    "sharded": "#9467bd",
+    "paramserver": "#d62728",
+}
 DESIGN_NAMES = {
     "serial": "serial",
     "allreduce": "Allreduce",
     "allgather": "Allgather (factors)",
+    "sharded": "sharded first layer",
     "paramserver": "parameter server (Send/Recv)",
 }
-SHORT_NAMES = {"serial": "serial", "allreduce": "Allreduce", "allgather": "Allgather", "paramserver": "Send/Recv PS"}
+SHORT_NAMES = {
+    "serial": "serial",
+    "allreduce": "Allreduce",
+    "allgather": "Allgather",
+    "sharded": "sharded",
+    "paramserver": "Send/Recv PS",
+}
 DESIGN_ORDER = {a: i for i, a in enumerate(DESIGN_COLORS)}
 DPI = 110
 MAX_VARIANT_ROWS = 6

@@ -36,6 +36,7 @@ DESIGN_NAMES = {
     "serial": "serial",
     "allreduce": "Allreduce",
     "allgather": "Allgather",
+    "sharded": "sharded first layer",
     "paramserver": "parameter server",
 }
 

@@ -153,7 +153,7 @@ class Comm:
 def _mpi_type(dtype):
     from mpi4py import MPI
 
-    return MPI.FLOAT if dtype == np.float32 else MPI.DOUBLE
+    return {np.float32: MPI.FLOAT, np.float64: MPI.DOUBLE, np.int64: MPI.INT64_T}[np.dtype(dtype).type]
 
 
 def world() -> Comm:
@@ -187,12 +187,24 @@ def _drop_stale_pmi() -> None:
             del os.environ[key]
 
 
-class GradientAllreduce:
+class Exchange:
+    """What the loop asks of every design's exchange; the defaults are the plain data-parallel ones."""
+
+    trains = True  # this rank trains on data (a parameter server's rank 0 does not)
+    updates_in_backward = False  # backward steps the weights itself: there is no gradient to send
+    gathers_first_layer = False  # step() wants the first layer's gradient as factors (FactorAllgather)
+    shards_first_layer = False  # the step's first layer is computed across the ranks (ShardedFirstLayer)
+
+    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None, factors=None) -> None:
+        """End a training step: combine the ranks' updates and step the weights."""
+
+    def finish(self, params: np.ndarray) -> None:
+        """End an epoch: after it every rank holds all the weights (for evaluation and the outputs)."""
+
+
+class GradientAllreduce(Exchange):
     """Sum the ranks' lr-scaled gradients (already divided by the global batch) and step: the
     result is serial SGD on the whole global batch. With `Comm(None)` it is plain serial SGD."""
-
-    trains = True
-    gathers_first_layer = False
 
     def __init__(self, comm: Comm):
         self.comm = comm
@@ -205,7 +217,7 @@ class GradientAllreduce:
             params -= grads
 
 
-class FactorAllgather:
+class FactorAllgather(Exchange):
     """The global batch's gradient step as `GradientAllreduce` takes it, with the wide first layer's
     weight gradient sent as its factors: a rank's gradient of it is d.T @ x (d: its rows' output
     errors, [rows, units]; x: its input rows), so instead of reducing units x inputs numbers, the
@@ -216,8 +228,6 @@ class FactorAllgather:
     the first layer's width (sufficient factors: Xie et al., 2016); the result is serial SGD on the
     global batch, to rounding."""
 
-    trains = True
-    updates_in_backward = False
     gathers_first_layer = True
 
     def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
@@ -243,13 +253,11 @@ class FactorAllgather:
         params[rest] -= grads[rest]
 
 
-class LocalSGD:
+class LocalSGD(Exchange):
     """Every rank steps on its own slice; every `every` steps (and at the epoch's end) the
     weights are averaged over the ranks."""
 
-    trains = True
     updates_in_backward = True  # each rank's own step; only the averaging is an exchange
-    gathers_first_layer = False
 
     def __init__(self, comm: Comm, every: int):
         self.comm, self.every = comm, every
@@ -260,12 +268,9 @@ class LocalSGD:
             params *= params.dtype.type(1.0 / self.comm.size)
 
 
-class ParameterServer:
+class ParameterServer(Exchange):
     """Rank 0 holds the main weights and does not train: it applies every worker's update and
     sends the weights back; a worker sends its gradient and receives the new weights."""
-
-    updates_in_backward = False  # a worker sends its gradient
-    gathers_first_layer = False
 
     def __init__(self, comm: Comm, n_params: int, dtype):
         self.comm = comm
@@ -280,6 +285,51 @@ class ParameterServer:
             self.comm.server_step(params, self.inbox, serve)
 
 
+class ShardedFirstLayer(Exchange):
+    """The global batch's step as serial takes it, with the wide first layer's weights split by
+    units across the ranks: each rank holds the rows of W for its units and never sends a gradient.
+
+    In a step the ranks gather every rank's input rows (the global batch, X), each computes its
+    units' pre-activations for all of them (W_r @ X.T) and they gather those (units x rows, small):
+    every rank then has the whole first layer's output and runs the small layers forward and
+    backward on the global batch itself, stepping them identically, and steps only its own rows of
+    W (W_r -= D_r.T @ X, folded into the GEMM). Each rank passes over 1/P of W instead of all of it,
+    and no gradient is reduced; at the epoch's end the ranks gather W's rows (finish), so every rank
+    holds all the weights for evaluation and the outputs. The result is serial SGD on the global
+    batch, to rounding."""
+
+    updates_in_backward = True
+    shards_first_layer = True
+
+    def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
+        self.comm = comm
+        self.n_in, units = sizes[0], sizes[1]
+        q, r = divmod(units, comm.size)
+        self.shares = [q + (i < r) for i in range(comm.size)]  # each rank's units
+        start = sum(self.shares[: comm.rank])
+        self.mine = slice(start, start + self.shares[comm.rank])
+        rows = batch * comm.size
+        self.x = np.empty((rows, self.n_in), dtype=dtype)
+        self.y = np.empty((rows, 1), dtype=np.int64)
+        self.zt = np.empty(units * rows, dtype=dtype)  # the gathered [units, rows] pre-activations
+
+    def gather_batch(self, x: np.ndarray, y: np.ndarray, counts: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The global batch's input rows and labels, every rank's slice in rank order."""
+        xs = self.comm.gather_rows(x, self.x, counts)
+        ys = self.comm.gather_rows(np.asarray(y, dtype=np.int64).reshape(-1, 1), self.y, counts)
+        return xs, ys[:, 0]
+
+    def gather_first(self, mine_t: np.ndarray) -> np.ndarray:
+        """The whole first layer's [units, rows] from every rank's [its units, rows]."""
+        rows = mine_t.shape[1]
+        out = self.zt[: sum(self.shares) * rows].reshape(-1, rows)
+        return self.comm.gather_rows(mine_t.reshape(-1, rows), out, self.shares)
+
+    def finish(self, params: np.ndarray) -> None:
+        w = params[: sum(self.shares) * self.n_in].reshape(-1, self.n_in)
+        self.comm.gather_rows(np.array(w[self.mine]), w, self.shares)
+
+
 def exchange_for(algorithm: str, sync_every: int, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
     """The exchange a training step ends with, for this design (sizes: the net's layer sizes)."""
     if algorithm == "paramserver":
@@ -287,6 +337,8 @@ def exchange_for(algorithm: str, sync_every: int, comm: Comm, sizes: tuple[int, 
         return ParameterServer(comm, n_params, dtype)
     if algorithm == "allgather":
         return FactorAllgather(comm, sizes, batch, dtype)
+    if algorithm == "sharded":
+        return ShardedFirstLayer(comm, sizes, batch, dtype)
     if sync_every > 1:
         return LocalSGD(comm, sync_every)
     return GradientAllreduce(comm)

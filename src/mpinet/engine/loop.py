@@ -27,7 +27,16 @@ import numpy as np
 from mpinet import MpinetError
 from mpinet.datasets import dataset
 from mpinet.engine.comm import Comm, exchange_for
-from mpinet.engine.model import Net, Workspace, backward, forward, init_params, layer_views, loss_and_correct
+from mpinet.engine.model import (
+    Net,
+    Workspace,
+    backward,
+    first_layer_units,
+    forward,
+    init_params,
+    layer_views,
+    loss_and_correct,
+)
 from mpinet.engine.options import Options, check_options, data_ranks, step_rows, train_size
 
 METRIC_COLUMNS = (
@@ -172,8 +181,10 @@ class _Run:
         n = train_size(opts, n_data, len(arrays.train_y))
         subset = None if n == len(arrays.train_y) else dataset.subset_rows(arrays.train_y, n, len(arrays.classes))
         # buffers for the rows a rank can hold in one step: a batch_size beyond the data allocates no more
-        ws = Workspace(net, step_rows(opts, n_data, len(arrays.train_y)))
-        exchange = exchange_for(opts.algorithm, opts.sync_every, comm, sizes, ws.batch, dt)
+        rows = step_rows(opts, n_data, len(arrays.train_y))
+        exchange = exchange_for(opts.algorithm, opts.sync_every, comm, sizes, rows, dt)
+        # a sharded first layer runs the rest of the net on the whole global batch
+        ws = Workspace(net, rows * (comm.size if exchange.shards_first_layer else 1))
         xbuf = np.empty((ws.batch, net.sizes[0]), dtype=dt)
         views = layer_views(net, params), layer_views(net, grads)
         return cls(arrays, opts, comm, net, params, grads, *views, exchange, n_data, my_slot, n, subset, ws, xbuf)
@@ -205,7 +216,10 @@ class _Run:
                 x, y = _rows_of(self.arrays, rows, self.xbuf, opts.shuffle, self.subset is None)
                 # forward and backward: the loss on those rows and the lr-scaled gradient, in grads
                 scale = _step_scale(opts, len(batch), len(mine))
-                sums += _gradient(self, x, y, scale)
+                if self.exchange.shards_first_layer:
+                    sums += _sharded_gradient(self, x, y, scale, _counts(len(batch), self.n_data))
+                else:
+                    sums += _gradient(self, x, y, scale)
                 factors = _factors(self, x, len(batch)) if self.exchange.gathers_first_layer else None
             # exchange: combine the ranks' updates and step (Allreduce, Allgather, local SGD or the server)
             before, arrived = comm.seconds, time.perf_counter()
@@ -217,6 +231,7 @@ class _Run:
             arrivals[k], ends[k] = arrived, done
             if serve:
                 self.trace.serve += [[k, *entry] for entry in serve]
+        self.exchange.finish(self.params)  # every rank holds all the weights again
         t_train = time.perf_counter() - t0
         waits, step_times = _slowest(comm, computed, talked, np.diff(ends, prepend=t0))
         if traced:
@@ -272,9 +287,32 @@ def _gradient(run: _Run, x, y, scale) -> tuple[float, int, int]:
 
 def _factors(run: _Run, x: np.ndarray, global_rows: int) -> tuple:
     """This rank's factors of the first layer's gradient (its input rows and their scaled output
-    errors, from backward) and every training rank's row count in the global batch (_slot's split)."""
-    q, r = divmod(global_rows, run.n_data)
-    return x, run.ws.delta[0][: len(x)], [q + (s < r) for s in range(run.n_data)]
+    errors, from backward) and every training rank's row count in the global batch."""
+    return x, run.ws.delta[0][: len(x)], _counts(global_rows, run.n_data)
+
+
+def _counts(global_rows: int, slots: int) -> list[int]:
+    """Every slot's row count in a global batch of global_rows (_slot's split)."""
+    q, r = divmod(global_rows, slots)
+    return [q + (s < r) for s in range(slots)]
+
+
+def _sharded_gradient(run: _Run, x, y, scale, counts: list[int]) -> tuple[float, int, int]:
+    """A step with the first layer's units split across the ranks (mpinet.engine.comm.ShardedFirstLayer):
+    the global batch gathered, this rank's units of the first layer computed for all of it and
+    gathered, the rest of the net forward and backward on the global batch (stepping the small
+    layers and this rank's rows of the first layer); the loss and hits of this rank's own rows."""
+    shard = run.exchange
+    xs, ys = shard.gather_batch(x, y, counts)
+    if not len(ys):
+        return 0.0, 0, 0
+    w0 = run.layers[0][0]
+    zt = shard.gather_first(first_layer_units(w0[shard.mine], xs, run.ws))
+    out = forward(run.net, run.layers, xs, run.ws, first_t=zt)
+    mine = slice(sum(counts[: run.my_slot]), sum(counts[: run.my_slot + 1]))
+    loss, correct = loss_and_correct(run.net, out[mine], ys[mine])
+    backward(run.net, run.layers, run.grad_layers, xs, ys, run.ws, scale, update=True, first=shard.mine)
+    return loss, correct, len(y)
 
 
 def _global_batch(order: np.ndarray, k: int, size: int, n: int, shuffle: str) -> np.ndarray:

@@ -119,6 +119,19 @@ class Workspace:
         self.first_transposed, self.first_block = self.plan.transposed, self.plan.block
         self.first_t = np.empty((net.sizes[1], batch), dtype=dt) if self.first_transposed else None
         self.first_part = np.empty_like(self.first_t) if self.first_block else None
+        # some of the first layer's units for the whole batch (first_layer_units), made on first use
+        self._units = None
+
+    @property
+    def first_units(self) -> np.ndarray:
+        if self._units is None:
+            shape = (len(self.a[0][0]), self.batch)
+            self._units = (np.empty(shape, dtype=self.row.dtype), np.empty(shape, dtype=self.row.dtype))
+        return self._units[0]
+
+    @property
+    def first_units_part(self) -> np.ndarray:
+        return self._units[1]
 
 
 def _first_layer(w: np.ndarray, x: np.ndarray, z: np.ndarray, ws: Workspace) -> None:
@@ -142,14 +155,28 @@ def blocked_matmul(w: np.ndarray, x: np.ndarray, out: np.ndarray, part: np.ndarr
         out += part
 
 
-def forward(net: Net, layers, x: np.ndarray, ws: Workspace) -> np.ndarray:
-    """Run x: float[n, input] (n <= ws.batch) through the net; returns the output activations, a view in ws."""
+def first_layer_units(w: np.ndarray, x: np.ndarray, ws: Workspace) -> np.ndarray:
+    """[units of w, n] = w @ x.T for some rows (units) of the first layer's weights, in the plan's
+    blocks (mpinet.engine.comm.ShardedFirstLayer); a view in ws."""
+    zt = ws.first_units[: len(w), : len(x)]
+    if ws.first_block:
+        blocked_matmul(w, x, zt, ws.first_units_part[: len(w), : len(x)], ws.first_block)
+    else:
+        np.matmul(w, x.T, out=zt)
+    return zt
+
+
+def forward(net: Net, layers, x: np.ndarray, ws: Workspace, first_t: np.ndarray | None = None) -> np.ndarray:
+    """Run x: float[n, input] (n <= ws.batch) through the net; returns the output activations, a view in ws.
+    first_t: the first layer's W @ x.T ([units, n]) when it was computed elsewhere (ShardedFirstLayer)."""
     n = len(x)
     a_prev = x
     last = len(layers) - 1
     for i, (w, b) in enumerate(layers):
         z = ws.a[i][:n]
-        if i == 0:
+        if i == 0 and first_t is not None:
+            z[...] = first_t.T
+        elif i == 0:
             _first_layer(w, a_prev, z, ws)
         else:
             np.matmul(a_prev, w.T, out=z)
@@ -188,7 +215,8 @@ def backward(
     """Write scale * d(summed loss)/d(params) into the gradient views `grads`, after forward(x);
     with update=True subtract it from the weights `layers` instead (the serial SGD step). With
     first=False the first layer's weight gradient is left out (its factors stay in ws.delta[0] and x:
-    mpinet.engine.comm.FactorAllgather).
+    mpinet.engine.comm.FactorAllgather); with first=slice(...) (and update) only those rows of the
+    first layer's weights are stepped, its whole bias still (ShardedFirstLayer).
 
     Training passes scale = learning_rate / global_batch, so the gradient buffer already
     holds the averaged, lr-scaled step and the update is one subtraction. The update folds it into
@@ -216,16 +244,18 @@ def backward(
             _mul_sigmoid_prime(d_prev, ws.a[i - 1][:n])
             if net.standardize and not net.faithful:  # the original ignored the standardization's Jacobian
                 _standardize_backward(d_prev, ws.h[i - 1][:n], ws.inv_std[i - 1][:n], ws.row[:n])
-        _layer_gradient(layers[i], grads[i], d, a_in, update, weights=first or i > 0)
+        _layer_gradient(layers[i], grads[i], d, a_in, update, weights=first if i == 0 else True)
 
 
 def _layer_gradient(layer, grad, d: np.ndarray, a_in: np.ndarray, update: bool, weights=True) -> None:
     """grad = (d.T @ a_in, sum d), or with update the layer's weights minus it; only the bias's
-    part without `weights`."""
+    part without `weights`, and only those rows of the weights when `weights` is a slice."""
     (w, b), (gw, gb) = layer, grad
     np.sum(d, axis=0, out=gb)
     if not weights:
         return
+    if isinstance(weights, slice):
+        w, gw, d = w[weights], gw[weights], d[:, weights]
     if not update:
         np.matmul(d.T, a_in, out=gw)
         return

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 from mpinet import MpinetError
 from mpinet.engine.model import LOSSES
 
-ALGORITHMS = ("serial", "allreduce", "allgather", "paramserver")
+ALGORITHMS = ("serial", "allreduce", "allgather", "sharded", "paramserver")
 SHUFFLES = ("samples", "batches")
 DTYPES = ("float32", "float64")
 
