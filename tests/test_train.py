@@ -116,11 +116,12 @@ def test_allgather_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffl
     [
         (2, "batches", ()),
         (3, "samples", ("--hidden", 31, 20)),  # 31 units over 3 ranks: 11, 10 and 10
+        (2, "batches", ("--train-samples", 45)),  # a subset: its global batches are gathered from the file
         (2, "samples", ("--faithful", "true", "--learning-rate", 0.001)),
     ],
 )
 def test_sharded_first_layer_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffle, extra):
-    """Each rank steps only its units' rows of the first layer, on the gathered global batch; the
+    """Each rank steps only its units' rows of the first layer, on the whole global batch; the
     weights gathered at the end are serial's on P x the batch, a partial last batch included."""
     data = write_dataset(tmp_path / "d", n_train=61, n_test=10, dim=200)
     common = ("--shuffle", shuffle, *extra)
@@ -131,11 +132,11 @@ def test_sharded_first_layer_matches_serial_with_p_times_the_batch(tmp_path, ran
     ms, mh = pd.read_csv(tmp_path / "s" / "metrics.csv"), pd.read_csv(tmp_path / "h" / "metrics.csv")
     for col in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
         assert np.allclose(ms[col], mh[col], rtol=0, atol=1e-10), col
-    # no gradient is sent: the step's rows (4 x 200 inputs and a label) and the units' outputs,
-    # and once an epoch the rank's rows of the first layer
+    # no gradient and no input row is sent: the units' outputs for the global batch, and once an
+    # epoch the rank's rows of the first layer
     steps, units = -(-61 // (4 * ranks)), -(-30 // ranks) + 1  # a rank's units, at most
     sent = pd.read_csv(tmp_path / "h" / "metrics.csv")["bytes_sent"].max()
-    assert sent <= steps * 8 * (4 * 201 + units * 4 * ranks) + 8 * units * 200 < steps * 8 * 200 * 30 / 3
+    assert sent <= steps * 8 * units * 4 * ranks + 8 * units * 200 < steps * 8 * 200 * 30 / 10
 
 
 @pytest.mark.mpi

@@ -287,16 +287,16 @@ class ParameterServer(Exchange):
 
 class ShardedFirstLayer(Exchange):
     """The global batch's step as serial takes it, with the wide first layer's weights split by
-    units across the ranks: each rank holds the rows of W for its units and never sends a gradient.
+    units across the ranks: each rank steps only the rows of W for its units and no gradient travels.
 
-    In a step the ranks gather every rank's input rows (the global batch, X), each computes its
-    units' pre-activations for all of them (W_r @ X.T) and they gather those (units x rows, small):
-    every rank then has the whole first layer's output and runs the small layers forward and
-    backward on the global batch itself, stepping them identically, and steps only its own rows of
-    W (W_r -= D_r.T @ X, folded into the GEMM). Each rank passes over 1/P of W instead of all of it,
-    and no gradient is reduced; at the epoch's end the ranks gather W's rows (finish), so every rank
-    holds all the weights for evaluation and the outputs. The result is serial SGD on the global
-    batch, to rounding."""
+    Every rank reads the whole global batch's rows (X) from the memory-mapped training file, which
+    every rank maps anyway (on one node they are one page cache): here the ranks divide the first
+    layer's weights, not the data. Each computes its units' pre-activations for all the rows
+    (W_r @ X.T) and the ranks gather those (units x rows, small); every rank then runs the small
+    layers forward and backward on the global batch itself, stepping them identically, and steps
+    only its own rows of W (W_r -= D_r.T @ X, folded into the GEMM). Each rank passes over 1/P of W;
+    at the epoch's end the ranks gather W's rows (finish), so every rank holds all the weights for
+    evaluation and the outputs. The result is serial SGD on the global batch, to rounding."""
 
     updates_in_backward = True
     shards_first_layer = True
@@ -308,16 +308,7 @@ class ShardedFirstLayer(Exchange):
         self.shares = [q + (i < r) for i in range(comm.size)]  # each rank's units
         start = sum(self.shares[: comm.rank])
         self.mine = slice(start, start + self.shares[comm.rank])
-        rows = batch * comm.size
-        self.x = np.empty((rows, self.n_in), dtype=dtype)
-        self.y = np.empty((rows, 1), dtype=np.int64)
-        self.zt = np.empty(units * rows, dtype=dtype)  # the gathered [units, rows] pre-activations
-
-    def gather_batch(self, x: np.ndarray, y: np.ndarray, counts: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """The global batch's input rows and labels, every rank's slice in rank order."""
-        xs = self.comm.gather_rows(x, self.x, counts)
-        ys = self.comm.gather_rows(np.asarray(y, dtype=np.int64).reshape(-1, 1), self.y, counts)
-        return xs, ys[:, 0]
+        self.zt = np.empty(units * batch * comm.size, dtype=dtype)  # the gathered [units, rows]
 
     def gather_first(self, mine_t: np.ndarray) -> np.ndarray:
         """The whole first layer's [units, rows] from every rank's [its units, rows]."""

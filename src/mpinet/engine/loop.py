@@ -213,12 +213,14 @@ class _Run:
                 batch = _global_batch(order, k, global_batch, self.n, opts.shuffle)
                 mine = _slot(batch, self.my_slot, self.n_data)
                 rows = mine if self.subset is None else self.subset[mine]
-                x, y = _rows_of(self.arrays, rows, self.xbuf, opts.shuffle, self.subset is None)
                 # forward and backward: the loss on those rows and the lr-scaled gradient, in grads
                 scale = _step_scale(opts, len(batch), len(mine))
-                if self.exchange.shards_first_layer:
+                if self.exchange.shards_first_layer:  # every rank reads the whole global batch
+                    rows = batch if self.subset is None else self.subset[batch]
+                    x, y = _rows_of(self.arrays, rows, self.xbuf, opts.shuffle, self.subset is None)
                     sums += _sharded_gradient(self, x, y, scale, _counts(len(batch), self.n_data))
                 else:
+                    x, y = _rows_of(self.arrays, rows, self.xbuf, opts.shuffle, self.subset is None)
                     sums += _gradient(self, x, y, scale)
                 factors = _factors(self, x, len(batch)) if self.exchange.gathers_first_layer else None
             # exchange: combine the ranks' updates and step (Allreduce, Allgather, local SGD or the server)
@@ -298,21 +300,17 @@ def _counts(global_rows: int, slots: int) -> list[int]:
 
 
 def _sharded_gradient(run: _Run, x, y, scale, counts: list[int]) -> tuple[float, int, int]:
-    """A step with the first layer's units split across the ranks (mpinet.engine.comm.ShardedFirstLayer):
-    the global batch gathered, this rank's units of the first layer computed for all of it and
-    gathered, the rest of the net forward and backward on the global batch (stepping the small
-    layers and this rank's rows of the first layer); the loss and hits of this rank's own rows."""
+    """A step with the first layer's units split across the ranks (mpinet.engine.comm.ShardedFirstLayer)
+    on the whole global batch x, y: this rank's units of the first layer computed for all of it and
+    gathered, the rest of the net forward and backward (stepping the small layers and this rank's
+    rows of the first layer); the loss and hits of this rank's share of the rows (counts)."""
     shard = run.exchange
-    xs, ys = shard.gather_batch(x, y, counts)
-    if not len(ys):
-        return 0.0, 0, 0
-    w0 = run.layers[0][0]
-    zt = shard.gather_first(first_layer_units(w0[shard.mine], xs, run.ws))
-    out = forward(run.net, run.layers, xs, run.ws, first_t=zt)
+    zt = shard.gather_first(first_layer_units(run.layers[0][0][shard.mine], x, run.ws))
+    out = forward(run.net, run.layers, x, run.ws, first_t=zt)
     mine = slice(sum(counts[: run.my_slot]), sum(counts[: run.my_slot + 1]))
-    loss, correct = loss_and_correct(run.net, out[mine], ys[mine])
-    backward(run.net, run.layers, run.grad_layers, xs, ys, run.ws, scale, update=True, first=shard.mine)
-    return loss, correct, len(y)
+    loss, correct = loss_and_correct(run.net, out[mine], y[mine])
+    backward(run.net, run.layers, run.grad_layers, x, y, run.ws, scale, update=True, first=shard.mine)
+    return loss, correct, mine.stop - mine.start
 
 
 def _global_batch(order: np.ndarray, k: int, size: int, n: int, shuffle: str) -> np.ndarray:
