@@ -123,18 +123,21 @@ test-fast: setup
 test-mpi: setup
 	pytest -m "mpi and not slurm and not site" -n 2 --dist loadfile -p no:cacheprovider
 
-benchmark: setup
-	python benchmarks/decode.py
-	python benchmarks/checkpoint.py
-	python benchmarks/bench.py
-	python benchmarks/cold_rows.py
-	python benchmarks/shared_cache.py
-	python benchmarks/model_accuracy.py
-	python benchmarks/recording.py
+# OPENBLAS_* unset inside each benchmark command only (OpenBLAS then picks its kernel from the CPU;
+# srun passes the environment on to the ranks); never in the tests
+UNSET_OPENBLAS := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 
-# OPENBLAS_* unset inside the command only: srun passes the environment on to the ranks
+benchmark: setup
+	$(UNSET_OPENBLAS) python benchmarks/decode.py
+	$(UNSET_OPENBLAS) python benchmarks/checkpoint.py
+	$(UNSET_OPENBLAS) python benchmarks/bench.py
+	$(UNSET_OPENBLAS) python benchmarks/cold_rows.py
+	$(UNSET_OPENBLAS) python benchmarks/shared_cache.py
+	$(UNSET_OPENBLAS) python benchmarks/model_accuracy.py
+	$(UNSET_OPENBLAS) python benchmarks/recording.py
+
 benchmark-nodes: setup
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/nodes.py $(if $(PARTITION),--partition $(PARTITION))
+	$(UNSET_OPENBLAS) python benchmarks/nodes.py $(if $(PARTITION),--partition $(PARTITION))
 
 docs: setup
 	NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir site

@@ -96,17 +96,10 @@ def test_allreduce_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffl
 def test_allgather_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffle, extra):
     """The first layer's gradient rebuilt from every rank's gathered inputs and errors is the global
     batch's: the same result as serial on P x the batch, a partial last batch included."""
-    data = write_dataset(tmp_path / "d", n_train=61, n_test=10, dim=200)
-    common = ("--shuffle", shuffle, *extra)
-    run_train(None, *_args(data, tmp_path / "s", "--batch-size", 4 * ranks, *common))
-    run_train(ranks, *_args(data, tmp_path / "g", "--batch-size", 4, "--algorithm", "allgather", *common))
-    serial, gathered = weights(tmp_path / "s"), weights(tmp_path / "g")
-    assert np.abs(serial - gathered).max() < 1e-10
-    assert not np.allclose(serial, weights_after_zero_epochs(data, tmp_path))
+    sent = _same_as_serial(tmp_path, "allgather", ranks, ("--shuffle", shuffle, *extra))
     # a rank sends its 4 rows of inputs and errors (4 x 230 values) and the small layers' gradient,
     # not the first layer's 200 x 30 weight gradient
     steps = -(-61 // (4 * ranks))
-    sent = pd.read_csv(tmp_path / "g" / "metrics.csv")["bytes_sent"].max()
     assert sent <= steps * 8 * (4 * 230 + 30 + 30 * 20 + 20 + 20 * 3 + 3) < steps * 8 * 200 * 30
 
 
@@ -123,20 +116,27 @@ def test_allgather_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffl
 def test_sharded_first_layer_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffle, extra):
     """Each rank steps only its units' rows of the first layer, on the whole global batch; the
     weights gathered at the end are serial's on P x the batch, a partial last batch included."""
-    data = write_dataset(tmp_path / "d", n_train=61, n_test=10, dim=200)
-    common = ("--shuffle", shuffle, *extra)
-    run_train(None, *_args(data, tmp_path / "s", "--batch-size", 4 * ranks, *common))
-    run_train(ranks, *_args(data, tmp_path / "h", "--batch-size", 4, "--algorithm", "sharded", *common))
-    serial, sharded = weights(tmp_path / "s"), weights(tmp_path / "h")
-    assert np.abs(serial - sharded).max() < 1e-10
-    ms, mh = pd.read_csv(tmp_path / "s" / "metrics.csv"), pd.read_csv(tmp_path / "h" / "metrics.csv")
-    for col in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
-        assert np.allclose(ms[col], mh[col], rtol=0, atol=1e-10), col
+    sent = _same_as_serial(tmp_path, "sharded", ranks, ("--shuffle", shuffle, *extra))
     # no gradient and no input row is sent: the units' outputs for the global batch, and once an
     # epoch the rank's rows of the first layer
     steps, units = -(-61 // (4 * ranks)), -(-30 // ranks) + 1  # a rank's units, at most
-    sent = pd.read_csv(tmp_path / "h" / "metrics.csv")["bytes_sent"].max()
     assert sent <= steps * 8 * units * 4 * ranks + 8 * units * 200 < steps * 8 * 200 * 30 / 10
+
+
+def _same_as_serial(tmp_path, design: str, ranks: int, extra: tuple) -> int:
+    """Train `design` on `ranks` ranks of batch 4 and serial on batch 4 x ranks (61 rows of 200 inputs:
+    the last global batch is partial); check they give the same weights and metrics; return the
+    design's most bytes sent in an epoch."""
+    data = write_dataset(tmp_path / "d", n_train=61, n_test=10, dim=200)
+    run_train(None, *_args(data, tmp_path / "s", "--batch-size", 4 * ranks, *extra))
+    run_train(ranks, *_args(data, tmp_path / "o", "--batch-size", 4, "--algorithm", design, *extra))
+    serial, other = weights(tmp_path / "s"), weights(tmp_path / "o")
+    assert np.abs(serial - other).max() < 1e-10
+    assert not np.allclose(serial[: 200 * 30], weights_after_zero_epochs(data, tmp_path)[: 200 * 30])
+    ms, mo = pd.read_csv(tmp_path / "s" / "metrics.csv"), pd.read_csv(tmp_path / "o" / "metrics.csv")
+    for col in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+        assert np.allclose(ms[col], mo[col], rtol=0, atol=1e-10), col
+    return int(mo["bytes_sent"].max())
 
 
 @pytest.mark.mpi
