@@ -80,6 +80,15 @@ class Comm:
         if self.mpi is not None:
             self.mpi.Bcast(buf, root=root)
 
+    def bcast_timed(self, buf: np.ndarray) -> None:
+        """bcast from rank 0 as part of the training exchange (timed and counted)."""
+        if self.mpi is None or self.size == 1:
+            return
+        t = time.perf_counter()
+        self.mpi.Bcast(buf, root=0)
+        self.seconds += time.perf_counter() - t
+        self.bytes_sent += buf.nbytes if self.rank == 0 else 0
+
     def server_step(self, params: np.ndarray, inbox: np.ndarray, serve: list | None = None) -> None:
         """Parameter server: receive every worker's gradient, update the main weights, send them back.
 
@@ -252,6 +261,11 @@ class FactorAllgather(Exchange):
             w -= ds.T @ xs
         params[rest] -= grads[rest]
 
+    def finish(self, params: np.ndarray) -> None:
+        # every rank stepped the first layer itself: rank 0's weights, so that ranks whose BLAS
+        # kernels round differently (mixed nodes) cannot drift apart for longer than an epoch
+        self.comm.bcast_timed(params[: self.first])
+
 
 class LocalSGD(Exchange):
     """Every rank steps on its own slice; every `every` steps (and at the epoch's end) the
@@ -319,6 +333,8 @@ class ShardedFirstLayer(Exchange):
     def finish(self, params: np.ndarray) -> None:
         w = params[: sum(self.shares) * self.n_in].reshape(-1, self.n_in)
         self.comm.gather_rows(np.array(w[self.mine]), w, self.shares)
+        # every rank stepped the rest itself: rank 0's, as in FactorAllgather.finish
+        self.comm.bcast_timed(params[w.size :])
 
 
 def exchange_for(algorithm: str, sync_every: int, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
