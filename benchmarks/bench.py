@@ -760,7 +760,22 @@ def _machine_line() -> str:
     from mpinet.engine.runfiles import cpu_model
 
     m = this_machine()
-    return f"CPU: {cpu_model()}; L2 per core {m.l2_bytes >> 10} KiB ({m.l2_source}); BLAS {m.blas} {m.blas_kernel}."
+    family = _cpuinfo("cpu family")
+    family = f", family {family} model {_cpuinfo('model')}" if family else ""
+    blas = f"{m.blas} {m.blas_kernel}"
+    return f"CPU: {cpu_model()}{family}; L2 per core {m.l2_bytes >> 10} KiB ({m.l2_source}); BLAS {blas}."
+
+
+def _cpuinfo(key: str) -> str:
+    """A field of /proc/cpuinfo's first processor, or ''."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == key:
+                return value.strip()
+    except OSError:
+        pass
+    return ""
 
 
 def _blas() -> str:
