@@ -281,3 +281,15 @@ def test_leftovers_keep_every_recorded_study_and_stop_at_a_config_they_cannot_re
     removed = [x for x in p.stdout.splitlines() if x.startswith("removed: ")]
     assert len(removed) == 1 and "learning_rate~0.1/" in removed[0] and removed[0].endswith("KB)"), p.stdout
     assert b_run.exists() and not list((wd / "results/runs").glob("iris/**/learning_rate~0.1/**/run.json"))
+
+
+def test_every_design_gets_a_training_job(tmp_path):
+    """The training rules' wildcard constraints come from the engine's ALGORITHMS: a dry run plans
+    each design on 1 rank (all but the parameter server) and on 2 (all but serial)."""
+    from mpinet.engine.options import ALGORITHMS
+
+    wd = copy_repo(tmp_path)
+    sweep = {**TINY["experiments"][0], "algorithm": list(ALGORITHMS), "ranks": [1, 2], "seed": 1}
+    write_config(wd, {**TINY, "datasets": {"iris": TINY["datasets"]["iris"]}, "experiments": [sweep]})
+    jobs = planned(wd)
+    assert jobs["train_single"] == len(ALGORITHMS) - 1 and jobs["train_mpi"] == len(ALGORITHMS) - 1
