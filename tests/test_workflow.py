@@ -350,8 +350,9 @@ def test_intel_config_plans_offline(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", p.stdout + p.stderr, flags=re.M))
-    # two sweeps of 10 experiments, the first at both of the original's data sizes (220 and all)
-    assert int(jobs["train_single"]) + int(jobs["train_mpi"]) == 30 and jobs["fetch"] == "1"
+    # a sweep of 15 experiments (four designs) at both of the original's data sizes (220 and all),
+    # and one of 10 (three designs)
+    assert int(jobs["train_single"]) + int(jobs["train_mpi"]) == 40 and jobs["fetch"] == "1"
 
 
 def test_install_profile_makes_the_bare_profile_name_work(tmp_path):
