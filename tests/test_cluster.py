@@ -175,6 +175,22 @@ def test_memory_per_cpu_covers_a_ranks_shard_the_test_array_and_the_runtime():
     assert mem_per_cpu_mb(intel_train, intel_test, ranks=2, threads=1) == int(1807.1 + 772.5 + 300) + 1
     assert mem_per_cpu_mb(intel_train, intel_test, ranks=2, threads=2) == int((1807.1 + 772.5 + 300) / 2) + 1
 
+    # a design that holds the global batch asks for its rows; one that reads every row, for all of them
+    batch = 4 * 67500 * 4
+    assert mem_per_cpu_mb(intel_train, intel_test, 2, 1, "allreduce", batch) == int(1807.1 + 772.5 + 300) + 1
+    assert mem_per_cpu_mb(intel_train, intel_test, 2, 1, "allgather", batch) == int(1807.1 + 772.5 + 2.1 + 300) + 1
+    assert mem_per_cpu_mb(intel_train, intel_test, 2, 1, "sharded", batch) == int(3614.2 + 772.5 + 2.1 + 300) + 1
+
+
+def test_a_batch_of_rows_is_sized_from_the_prepared_array_in_the_training_dtype(tmp_path):
+    import numpy as np
+
+    from mpinet.launch.slurm import batch_bytes
+
+    np.save(tmp_path / "train_x.npy", np.zeros((10, 300), dtype=np.float32))
+    assert batch_bytes(tmp_path / "train_x.npy", 4, "float64") == 4 * 300 * 8
+    assert batch_bytes(tmp_path / "missing.npy", 4, "float32") == 0  # not prepared yet
+
 
 def test_a_pilot_refuses_a_study_spread_over_nodes_before_asking_slurm(tmp_path, capsys):
     from mpinet.launch import pilot

@@ -203,6 +203,9 @@ class Exchange:
     updates_in_backward = False  # backward steps the weights itself: there is no gradient to send
     gathers_first_layer = False  # step() wants the first layer's gradient as factors (FactorAllgather)
     shards_first_layer = False  # the step's first layer is computed across the ranks (ShardedFirstLayer)
+    # what a rank holds, for the memory a job asks for (mpinet.launch.slurm.mem_per_cpu_mb):
+    global_batch_rows = False  # every rank's rows of a step (buffers of ranks x batch rows)
+    reads_all_rows = False  # every training row, not only its shard
 
     def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None, factors=None) -> None:
         """End a training step: combine the ranks' updates and step the weights."""
@@ -238,6 +241,7 @@ class FactorAllgather(Exchange):
     global batch, to rounding."""
 
     gathers_first_layer = True
+    global_batch_rows = True
 
     def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
         self.comm = comm
@@ -314,6 +318,8 @@ class ShardedFirstLayer(Exchange):
 
     updates_in_backward = True
     shards_first_layer = True
+    global_batch_rows = True
+    reads_all_rows = True
 
     def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
         self.comm = comm
@@ -337,15 +343,24 @@ class ShardedFirstLayer(Exchange):
         self.comm.bcast_timed(params[w.size :])
 
 
-def exchange_for(algorithm: str, sync_every: int, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
-    """The exchange a training step ends with, for this design (sizes: the net's layer sizes)."""
+def exchange_class(algorithm: str, sync_every: int = 1) -> type[Exchange]:
+    """The exchange a training step of this design ends with."""
     if algorithm == "paramserver":
-        n_params = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
-        return ParameterServer(comm, n_params, dtype)
+        return ParameterServer
     if algorithm == "allgather":
-        return FactorAllgather(comm, sizes, batch, dtype)
+        return FactorAllgather
     if algorithm == "sharded":
-        return ShardedFirstLayer(comm, sizes, batch, dtype)
-    if sync_every > 1:
+        return ShardedFirstLayer
+    return LocalSGD if sync_every > 1 else GradientAllreduce
+
+
+def exchange_for(algorithm: str, sync_every: int, comm: Comm, sizes: tuple[int, ...], batch: int, dtype) -> Exchange:
+    """The exchange of this design for this rank (sizes: the net's layer sizes)."""
+    cls = exchange_class(algorithm, sync_every)
+    if cls is ParameterServer:
+        return ParameterServer(comm, sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:])), dtype)
+    if cls is LocalSGD:
         return LocalSGD(comm, sync_every)
-    return GradientAllreduce(comm)
+    if cls is GradientAllreduce:
+        return GradientAllreduce(comm)
+    return cls(comm, sizes, batch, dtype)

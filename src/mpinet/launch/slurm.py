@@ -8,8 +8,12 @@ import functools
 import re
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 from mpinet import MpinetError
+from mpinet.engine.comm import exchange_class
 from mpinet.study.experiments import hidden_text
 
 
@@ -34,12 +38,28 @@ class TrainingJob:
     partition: str | None = None  # None: the cluster's default partition
 
 
-def mem_per_cpu_mb(train_bytes: int, test_bytes: int, ranks: int, threads: int) -> int:
-    """MB per CPU a training job asks for: a rank maps its shard of the training array and the whole
-    test array (every rank evaluates its share through the same memory map), plus 300 MB of Python,
-    numpy and MPI, spread over the rank's `threads` CPUs."""
-    per_rank = (train_bytes / max(1, ranks) + test_bytes) / 2**20 + 300
+def mem_per_cpu_mb(
+    train_bytes: int, test_bytes: int, ranks: int, threads: int, algorithm: str = "allreduce", batch_bytes: int = 0
+) -> int:
+    """MB per CPU a training job asks for: a rank maps its shard of the training array (a design that
+    reads every row, all of it) and the whole test array (every rank evaluates its share through the
+    same memory map), a design that holds the global batch ranks x batch_bytes (one rank's batch of
+    rows in the training dtype) more, plus 300 MB of Python, numpy and MPI, spread over the rank's
+    `threads` CPUs."""
+    exchange = exchange_class(algorithm)
+    mapped = train_bytes if exchange.reads_all_rows else train_bytes / max(1, ranks)
+    held = ranks * batch_bytes if exchange.global_batch_rows else 0
+    per_rank = (mapped + test_bytes + held) / 2**20 + 300
     return int(per_rank / threads) + 1
+
+
+def batch_bytes(train_x: str | Path, batch_size: int, dtype: str) -> int:
+    """Bytes of one batch of rows of a prepared training array in the training dtype (0 if not there yet)."""
+    try:
+        features = np.load(train_x, mmap_mode="r").shape[1]
+    except (OSError, ValueError, IndexError):
+        return 0
+    return batch_size * features * np.dtype(dtype).itemsize
 
 
 def check_fits(jobs: list[TrainingJob], partitions: dict[str, Partition], default: str | None) -> None:
