@@ -494,7 +494,7 @@ def summarize(runs, gemm, allreduce, a, n_params, torch_ok, steps, bandwidth) ->
     def ratio(this: tuple, other: tuple) -> dict:
         """other ÷ this over the runs' own medians, with its interval (NaN when a side is missing)."""
         if other not in by_cell:
-            return {"ratio": float("nan"), "ratio_ci_low": float("nan"), "ratio_ci_high": float("nan")}
+            return _nan_ratio()
         per_run = [np.array([r["epoch_s"] for r in by_cell[k]]) for k in (this, other)]
         return compare_launches(*per_run)
 

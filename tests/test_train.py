@@ -64,7 +64,12 @@ def test_outputs_are_tidy_and_complete(small_dataset, tmp_path):
 @pytest.mark.mpi
 @pytest.mark.parametrize(
     "extra,fused",
-    [(("--algorithm", "allreduce"), False), (("--sync-every", "2"), True), (("--algorithm", "allgather"), True)],
+    [
+        (("--algorithm", "allreduce"), False),
+        (("--sync-every", "2"), True),
+        (("--algorithm", "allgather"), True),
+        (("--algorithm", "sharded"), True),
+    ],
 )
 def test_run_json_says_whether_the_update_was_fused(small_dataset, tmp_path, extra, fused):
     """Allreduce sends the gradient, so it keeps the separate update; local SGD's own steps fold it,

@@ -122,7 +122,7 @@ def _train_and_record(args: argparse.Namespace, opts: Options, comm: Comm, log) 
     ck = Path(args.checkpoint) if args.checkpoint else None
     store = Store(ck, args.checkpoint_seconds, log) if ck is not None else None
     result = train(arrays, opts, comm, store, log)
-    meta = run_metadata(comm, opts, args.data, arrays, args.launcher)
+    meta = run_metadata(comm, opts, args.data, arrays, args.launcher, result.first_layer)
     meta["train_seconds"] = time.perf_counter() - t0
     # whether anything else could have run beside this job, and how busy the machine was
     meta["timing"] = {

@@ -38,7 +38,7 @@ from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION, SYNTHESIS, job_
 from mpinet.layout import RECORD_FILE, RUN_FILES, RUNS_ROOT, TRAIN_LOGS, RunPaths, output_key
 from mpinet.engine.checkpoint import remove_finished
 from mpinet.engine.options import ALGORITHMS
-from mpinet.launch.slurm import TrainingJob, batch_bytes, check_fits, mem_per_cpu_mb, partitions
+from mpinet.launch.slurm import TrainingJob, check_fits, partitions, training_mem_per_cpu
 from mpinet.datasets.sources import local_inputs, prepare_options, source_digest
 from mpinet.study.config import check_study
 from mpinet.study.experiments import COLUMNS
@@ -147,16 +147,14 @@ def get_source(wildcards):
 
 
 def get_mem_per_cpu(wildcards, input):
-    """MB per CPU of a training job, sized from its prepared data (mpinet.launch.slurm.mem_per_cpu_mb)."""
-    files = {Path(f).name: f for f in input.data if Path(f).exists()}
-    sizes = {name: Path(f).stat().st_size for name, f in files.items()}
-    return mem_per_cpu_mb(
-        sizes.get("train_x.npy", 0),
-        sizes.get("test_x.npy", 0),
+    """MB per CPU of a training job, sized from its prepared data (mpinet.launch.slurm.training_mem_per_cpu)."""
+    return training_mem_per_cpu(
+        input.data,
         int(wildcards.ranks),
         int(wildcards.blas_threads),
         wildcards.algorithm,
-        batch_bytes(files.get("train_x.npy", ""), int(wildcards.batch_size), wildcards.dtype),
+        int(wildcards.batch_size),
+        wildcards.dtype,
     )
 
 

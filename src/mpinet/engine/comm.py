@@ -28,6 +28,8 @@ import time
 
 import numpy as np
 
+from mpinet.engine import blas
+
 PS_GRAD_TAG = 1  # worker -> server: the lr-scaled gradient of one step
 PS_WEIGHTS_TAG = 2  # server -> worker: the main weights after the update
 
@@ -162,7 +164,13 @@ class Comm:
 def _mpi_type(dtype):
     from mpi4py import MPI
 
-    return {np.float32: MPI.FLOAT, np.float64: MPI.DOUBLE, np.int64: MPI.INT64_T}[np.dtype(dtype).type]
+    return MPI.FLOAT if np.dtype(dtype) == np.float32 else MPI.DOUBLE
+
+
+def even_split(total: int, parts: int) -> list[int]:
+    """total split into `parts` near-equal counts, the larger ones first (np.array_split's split)."""
+    q, r = divmod(total, parts)
+    return [q + (i < r) for i in range(parts)]
 
 
 def world() -> Comm:
@@ -253,8 +261,6 @@ class FactorAllgather(Exchange):
 
     def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None, factors=None) -> None:
         """factors: this rank's (x, d) of the step and every rank's row count, in rank order."""
-        from mpinet.engine import blas
-
         x, d, counts = factors
         xs = self.comm.gather_rows(x, self.x, counts)
         ds = self.comm.gather_rows(d, self.d, counts)
@@ -324,8 +330,7 @@ class ShardedFirstLayer(Exchange):
     def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
         self.comm = comm
         self.n_in, units = sizes[0], sizes[1]
-        q, r = divmod(units, comm.size)
-        self.shares = [q + (i < r) for i in range(comm.size)]  # each rank's units
+        self.shares = even_split(units, comm.size)  # each rank's units
         start = sum(self.shares[: comm.rank])
         self.mine = slice(start, start + self.shares[comm.rank])
         self.zt = np.empty(units * batch * comm.size, dtype=dtype)  # the gathered [units, rows]

@@ -26,7 +26,7 @@ import numpy as np
 
 from mpinet import MpinetError
 from mpinet.datasets import dataset
-from mpinet.engine.comm import Comm, exchange_for
+from mpinet.engine.comm import Comm, even_split, exchange_for
 from mpinet.engine.model import (
     Net,
     Workspace,
@@ -37,7 +37,7 @@ from mpinet.engine.model import (
     layer_views,
     loss_and_correct,
 )
-from mpinet.engine.options import Options, check_options, data_ranks, step_rows, train_size
+from mpinet.engine.options import Options, check_options, data_ranks, train_size
 
 METRIC_COLUMNS = (
     "epoch",
@@ -73,6 +73,7 @@ class Result:
     # every rank's record of the last epoch's first TIMELINE_STEPS steps (rank 0; None when the
     # last epoch was not trained in this launch): a list of StepTrace.as_dict()
     timeline: list[dict] | None = None
+    first_layer: str = ""  # this rank's plan of the first layer's GEMM (mpinet.engine.model.first_layer_plan)
 
 
 def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=None) -> Result:
@@ -84,7 +85,7 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=Non
     log = log or (lambda msg: None)
     check_options(opts, comm.size, len(arrays.train_y), len(arrays.classes))
     run = _Run.start(arrays, opts, comm)
-    result = Result(run.params, run.net)
+    result = Result(run.params, run.net, first_layer=run.ws.plan.describe())
     start_epoch = 0
     if store is not None and comm.rank == 0:
         start_epoch, result.metrics = store.resume(opts, arrays, comm.size, run.params)
@@ -181,7 +182,7 @@ class _Run:
         n = train_size(opts, n_data, len(arrays.train_y))
         subset = None if n == len(arrays.train_y) else dataset.subset_rows(arrays.train_y, n, len(arrays.classes))
         # buffers for the rows a rank can hold in one step: a batch_size beyond the data allocates no more
-        rows = step_rows(opts, n_data, len(arrays.train_y))
+        rows = min(opts.batch_size, math.ceil(n / n_data))
         exchange = exchange_for(opts.algorithm, opts.sync_every, comm, sizes, rows, dt)
         # a sharded first layer runs the rest of the net on the whole global batch
         ws = Workspace(net, rows * (comm.size if exchange.shards_first_layer else 1))
@@ -212,15 +213,14 @@ class _Run:
                 # the rows of step k: this rank's slot of the k-th global batch
                 batch = _global_batch(order, k, global_batch, self.n, opts.shuffle)
                 mine = _slot(batch, self.my_slot, self.n_data)
-                rows = mine if self.subset is None else self.subset[mine]
+                read = batch if self.exchange.shards_first_layer else mine  # sharded: the whole global batch
+                rows = read if self.subset is None else self.subset[read]
+                x, y = _rows_of(self.arrays, rows, self.xbuf, opts.shuffle, self.subset is None)
                 # forward and backward: the loss on those rows and the lr-scaled gradient, in grads
                 scale = _step_scale(opts, len(batch), len(mine))
-                if self.exchange.shards_first_layer:  # every rank reads the whole global batch
-                    rows = batch if self.subset is None else self.subset[batch]
-                    x, y = _rows_of(self.arrays, rows, self.xbuf, opts.shuffle, self.subset is None)
-                    sums += _sharded_gradient(self, x, y, scale, _counts(len(batch), self.n_data))
+                if self.exchange.shards_first_layer:
+                    sums += _sharded_gradient(self, x, y, scale, even_split(len(batch), self.n_data))
                 else:
-                    x, y = _rows_of(self.arrays, rows, self.xbuf, opts.shuffle, self.subset is None)
                     sums += _gradient(self, x, y, scale)
                 factors = _factors(self, x, len(batch)) if self.exchange.gathers_first_layer else None
             # exchange: combine the ranks' updates and step (Allreduce, Allgather, local SGD or the server)
@@ -290,13 +290,7 @@ def _gradient(run: _Run, x, y, scale) -> tuple[float, int, int]:
 def _factors(run: _Run, x: np.ndarray, global_rows: int) -> tuple:
     """This rank's factors of the first layer's gradient (its input rows and their scaled output
     errors, from backward) and every training rank's row count in the global batch."""
-    return x, run.ws.delta[0][: len(x)], _counts(global_rows, run.n_data)
-
-
-def _counts(global_rows: int, slots: int) -> list[int]:
-    """Every slot's row count in a global batch of global_rows (_slot's split)."""
-    q, r = divmod(global_rows, slots)
-    return [q + (s < r) for s in range(slots)]
+    return x, run.ws.delta[0][: len(x)], even_split(global_rows, run.n_data)
 
 
 def _sharded_gradient(run: _Run, x, y, scale, counts: list[int]) -> tuple[float, int, int]:

@@ -117,21 +117,9 @@ class Workspace:
         self.row = np.empty((batch, 1), dtype=dt)
         self.plan = first_layer_plan(net.sizes[0], batch, dt, machine or this_machine())
         self.first_transposed, self.first_block = self.plan.transposed, self.plan.block
-        self.first_t = np.empty((net.sizes[1], batch), dtype=dt) if self.first_transposed else None
+        # [units, batch]: the transposed first layer, and some of its units (first_layer_units)
+        self.first_t = np.empty((net.sizes[1], batch), dtype=dt)
         self.first_part = np.empty_like(self.first_t) if self.first_block else None
-        # some of the first layer's units for the whole batch (first_layer_units), made on first use
-        self._units = None
-
-    @property
-    def first_units(self) -> np.ndarray:
-        if self._units is None:
-            shape = (len(self.a[0][0]), self.batch)
-            self._units = (np.empty(shape, dtype=self.row.dtype), np.empty(shape, dtype=self.row.dtype))
-        return self._units[0]
-
-    @property
-    def first_units_part(self) -> np.ndarray:
-        return self._units[1]
 
 
 def _first_layer(w: np.ndarray, x: np.ndarray, z: np.ndarray, ws: Workspace) -> None:
@@ -158,9 +146,9 @@ def blocked_matmul(w: np.ndarray, x: np.ndarray, out: np.ndarray, part: np.ndarr
 def first_layer_units(w: np.ndarray, x: np.ndarray, ws: Workspace) -> np.ndarray:
     """[units of w, n] = w @ x.T for some rows (units) of the first layer's weights, in the plan's
     blocks (mpinet.engine.comm.ShardedFirstLayer); a view in ws."""
-    zt = ws.first_units[: len(w), : len(x)]
+    zt = ws.first_t[: len(w), : len(x)]
     if ws.first_block:
-        blocked_matmul(w, x, zt, ws.first_units_part[: len(w), : len(x)], ws.first_block)
+        blocked_matmul(w, x, zt, ws.first_part[: len(w), : len(x)], ws.first_block)
     else:
         np.matmul(w, x.T, out=zt)
     return zt

@@ -136,11 +136,6 @@ def train_size(opts: Options, workers: int, n_train: int | None) -> int | None:
     return opts.train_samples or n_train
 
 
-def step_rows(opts: Options, workers: int, n_train: int) -> int:
-    """The most rows a training rank holds in one step: its batch, or its share of a smaller set."""
-    return min(opts.batch_size, math.ceil(train_size(opts, workers, n_train) / workers))
-
-
 def data_ranks(algorithm: str, ranks: int) -> int:
     """How many ranks train on data: all of them, except the parameter server's rank 0."""
     return ranks - 1 if algorithm == "paramserver" else ranks

@@ -13,11 +13,10 @@ import numpy as np
 from mpinet import __version__
 from mpinet.datasets import dataset
 from mpinet.engine import blas
-from mpinet.engine.comm import Comm, mpi_library_version
+from mpinet.engine.comm import Comm, exchange_class, mpi_library_version
 from mpinet.engine.loop import METRIC_COLUMNS, Result
 from mpinet.engine.machine import this_machine
-from mpinet.engine.model import first_layer_plan
-from mpinet.engine.options import Options, data_ranks, step_rows, train_size
+from mpinet.engine.options import Options, data_ranks, train_size
 from mpinet.engine.timeline import TIMELINE_FILE, trace_events
 from mpinet.files import atomic_path, write_json
 from mpinet.fingerprints import NUMERICS
@@ -83,9 +82,12 @@ def run_timeline(result: Result, opts: Options, meta: dict) -> dict | None:
     return trace_events(result.timeline, meta.get("rank_hosts", []), about)
 
 
-def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays, launcher: str | None = None) -> dict:
+def run_metadata(
+    comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays, launcher: str | None = None, first_layer=""
+) -> dict:
     """Provenance for run.json; called on every rank (host names are gathered). `launcher` is the
-    line that started the ranks, as the workflow passed it."""
+    line that started the ranks, as the workflow passed it; `first_layer` this rank's plan of the first
+    layer (Result.first_layer)."""
     from threadpoolctl import threadpool_info
 
     hosts = comm.gather_strings(f"{socket.gethostname()} {os.cpu_count() or 1}")
@@ -94,10 +96,8 @@ def run_metadata(comm: Comm, opts: Options, data_dir: str, arrays: dataset.Array
     affinity = comm.gather_strings(",".join(map(str, sorted(os.sched_getaffinity(0)))))
     cores = dict(h.rsplit(" ", 1) for h in hosts)  # host -> its CPUs
     models = dict(zip((h.rsplit(" ", 1)[0] for h in hosts), comm.gather_strings(cpu_model())))
-    workers = data_ranks(opts.algorithm, comm.size)
-    rows, m = step_rows(opts, workers, len(arrays.train_y)), this_machine()
-    plan = first_layer_plan(arrays.train_x.shape[1], rows, opts.dtype, m).describe()
-    plans = comm.gather_objects({"l2_bytes": m.l2_bytes, "l2_source": m.l2_source, "first_layer": plan})
+    m = this_machine()
+    plans = comm.gather_objects({"l2_bytes": m.l2_bytes, "l2_source": m.l2_source, "first_layer": first_layer})
     meta = {
         "ranks": comm.size,
         "data_ranks": data_ranks(opts.algorithm, comm.size),
@@ -166,5 +166,5 @@ def cpu_model() -> str:
 def _steps_in_backward(opts: Options, comm: Comm) -> bool:
     """Whether this design's update is folded into a GEMM: in backward (serial, local SGD) or in the
     exchange (allgather's first layer); mpinet.engine.comm's exchanges."""
-    local_sgd = opts.algorithm != "paramserver" and opts.sync_every > 1
-    return comm.mpi is None or opts.algorithm == "allgather" or local_sgd
+    exchange = exchange_class(opts.algorithm, opts.sync_every)
+    return comm.mpi is None or exchange.updates_in_backward or exchange.gathers_first_layer

@@ -53,6 +53,14 @@ def mem_per_cpu_mb(
     return int(per_rank / threads) + 1
 
 
+def training_mem_per_cpu(data_files, ranks: int, threads: int, algorithm: str, batch_size: int, dtype: str) -> int:
+    """mem_per_cpu_mb of a training job from its prepared dataset's files (those not written yet count 0)."""
+    files = {Path(f).name: Path(f) for f in data_files if Path(f).exists()}
+    sizes = {name: f.stat().st_size for name, f in files.items()}
+    rows = batch_bytes(files.get("train_x.npy", ""), batch_size, dtype)
+    return mem_per_cpu_mb(sizes.get("train_x.npy", 0), sizes.get("test_x.npy", 0), ranks, threads, algorithm, rows)
+
+
 def batch_bytes(train_x: str | Path, batch_size: int, dtype: str) -> int:
     """Bytes of one batch of rows of a prepared training array in the training dtype (0 if not there yet)."""
     try:
