@@ -244,7 +244,7 @@ def odd_server():
 
 
 def test_the_file_name_comes_from_the_server_when_the_url_has_none(odd_server, tmp_path):
-    from mpinet.datasets.prepare import find_table
+    from mpinet.datasets.csvdata import find_table
 
     raw = fetch(f"{odd_server}/download?id=3", tmp_path / "a")
     assert [p.name for p in raw.iterdir()] == ["flowers.csv"]  # the server's name, without its path

@@ -18,7 +18,8 @@ RULES = REPO / "workflow" / "rules"
 
 def _jobs() -> dict[str, CodeFingerprint]:
     """Every job kind's fingerprint, as the workflow computes it."""
-    jobs = {"train": NUMERICS, "fetch": FETCHING, "prepare": PREPARATION, "make_synthetic": SYNTHESIS}
+    jobs = {"train": NUMERICS, "fetch": FETCHING, "make_synthetic": SYNTHESIS}
+    jobs.update({f"prepare-{fmt}": fp for fmt, fp in PREPARATION.items()})
     jobs["commbench"] = CodeFingerprint("job", 1, ("mpinet.commbench",))
     for script in ("aggregate", "plots"):
         jobs[script] = CodeFingerprint("job", 1, script_modules((SCRIPTS / f"{script}.py").read_text()))
@@ -97,7 +98,7 @@ def test_every_workflow_job_that_runs_package_code_takes_its_fingerprint_as_a_pa
         "train_single": "NUMERICS.value()",
         "train_mpi": "NUMERICS.value()",
         "fetch": "FETCHING.value()",
-        "prepare": "PREPARATION.value()",
+        "prepare": 'PREPARATION[config["datasets"][w.dataset]["format"]].value()',
         "make_synthetic": "SYNTHESIS.value()",
         "commbench": 'job_code("mpinet.commbench")',
         "aggregate": 'script_code(workflow.source_path("../scripts/aggregate.py"))',
@@ -121,8 +122,24 @@ def test_every_workflow_job_that_runs_package_code_takes_its_fingerprint_as_a_pa
     datacli = (REPO / "src" / "mpinet" / "datacli.py").read_text()
     for module in commands.values():  # the datacli subcommands run exactly the fingerprints' entries
         assert f"from {module} import" in datacli
-    assert FETCHING.entries == ("mpinet.datasets.fetch",) and PREPARATION.entries == ("mpinet.datasets.prepare",)
-    assert SYNTHESIS.entries == ("mpinet.datasets.synthetic",)
+    assert FETCHING.entries == ("mpinet.datasets.fetch",) and SYNTHESIS.entries == ("mpinet.datasets.synthetic",)
+
+
+def test_each_format_is_prepared_under_its_own_fingerprint_and_no_other_format_s_code():
+    """PREPARATION has one fingerprint per format the dispatch and the schema know, whose entries are
+    the dispatch and that format's module; the dispatch imports no format module itself, so the
+    closures of two formats hold neither's module."""
+    import yaml
+
+    from mpinet.datasets.prepare import FORMATS
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    formats = schema["properties"]["datasets"]["additionalProperties"]["properties"]["format"]["enum"]
+    assert list(PREPARATION) == list(FORMATS) == formats
+    for fmt, fp in PREPARATION.items():
+        assert fp.entries == ("mpinet.datasets.prepare", FORMATS[fmt])
+        others = set(FORMATS.values()) - {FORMATS[fmt]}
+        assert FORMATS[fmt] in fp.modules() and not others & set(fp.modules()), fmt
 
 
 def test_a_version_bump_undoes_a_same_entry():

@@ -101,32 +101,45 @@ def test_fetched_files_and_prepared_arrays_change_only_with_their_fingerprints(t
     from mpinet.fingerprints import FETCHING, PREPARATION
 
     fetched, prepared = produced(tmp_path)
-    now = {"fetching": FETCHING.value(), "preparation": PREPARATION.value(), "fetched": fetched, "prepared": prepared}
+    now = {
+        "fetching": FETCHING.value(),
+        "preparation": {fmt: fp.value() for fmt, fp in PREPARATION.items()},
+        "fetched": fetched,
+        "prepared": prepared,
+    }
     if os.environ.get("MPINET_RECORD_PREPARATION"):
         REFERENCE.write_text(json.dumps(now, indent=1) + "\n")
     recorded = json.loads(REFERENCE.read_text())
     how = "then record with MPINET_RECORD_PREPARATION=1 pytest tests/test_preparation.py"
-    for kind, fp, key in ((FETCHING, "fetching", "fetched"), (PREPARATION, "preparation", "prepared")):
-        changed = [k for k in CASES if now[key][k] != recorded[key][k]]
-        assert not changed or now[fp] != recorded[fp], (
-            f"the {key} data of {changed} changed but the {fp} fingerprint did not: bump its version in "
+    # (the fingerprint, its name, its value now and recorded, the cases it covers, what they give)
+    guards = [(FETCHING, "fetching", now["fetching"], recorded["fetching"], list(CASES), "fetched")]
+    for fmt, fp in PREPARATION.items():
+        cases = [k for k, (_, f, _) in CASES.items() if f == fmt]
+        value, was = now["preparation"][fmt], recorded["preparation"][fmt]
+        guards.append((fp, f"{fmt} preparation", value, was, cases, "prepared"))
+    for fp, name, value, was, cases, key in guards:
+        changed = [k for k in cases if now[key][k] != recorded[key][k]]
+        assert not changed or value != was, (
+            f"the {key} data of {changed} changed but the {name} fingerprint did not: bump its version in "
             f"src/mpinet/fingerprints.py (or add the module that changed them to its modules), {how}"
         )
-        assert now[fp] == recorded[fp], (
-            f"the {fp} fingerprint changed: every study {'refetches, ' if key == 'fetched' else ''}re-prepares "
-            f"and retrains. The same data (a refactor): map the code's hash to the recorded fingerprint in "
-            f"its `same`, {kind.code_hash()!r}: {recorded[fp]!r}; new data: {how}"
+        assert value == was, (
+            f"the {name} fingerprint changed: every study of it {'refetches, ' if key == 'fetched' else ''}"
+            f"re-prepares and retrains. The same data (a refactor): map the code's hash to the recorded "
+            f"fingerprint in its `same`, {fp.code_hash()!r}: {was!r}; new data: {how}"
         )
 
 
-@pytest.mark.parametrize("name", ["FETCHING", "PREPARATION"])
+@pytest.mark.parametrize("name", ["FETCHING", "PREPARATION-csv", "PREPARATION-images"])
 def test_the_data_fingerprints_cover_their_modules_and_not_the_command_line(tmp_path, name):
     import dataclasses
 
     from mpinet import fingerprints
 
     package = EditedPackage(tmp_path)
-    guard = package.guard(getattr(fingerprints, name))
+    kind, _, fmt = name.partition("-")
+    fp = getattr(fingerprints, kind)
+    guard = package.guard(fp[fmt] if fmt else fp)
 
     def after(module, old, new):
         return package.value_after(guard, module, old, new)
@@ -136,8 +149,10 @@ def test_the_data_fingerprints_cover_their_modules_and_not_the_command_line(tmp_
     assert after("datacli.py", "def main(", "def _unused():\n    pass\n\n\ndef main(") == base
     assert after("__init__.py", '__version__ = "', '__version__ = "9') == base
     assert after("datasets/fetch.py", "CHUNK = 1 << 20", "CHUNK = 1 << 21") != base
-    changes_preparation = after("datasets/images.py", "def _flatten(", "X = 1\n\n\ndef _flatten(") != base
-    assert changes_preparation == (name == "PREPARATION")
+    changes_images = after("datasets/images.py", "def _flatten(", "X = 1\n\n\ndef _flatten(") != base
+    assert changes_images == (name == "PREPARATION-images")
+    changes_tables = after("datasets/csvdata.py", "def _is_number(", "X = 1\n\n\ndef _is_number(") != base
+    assert changes_tables == (name == "PREPARATION-csv")
     bumped = dataclasses.replace(guard, version=guard.version + 1)
     assert bumped.value() == bumped.code_hash() != base
 

@@ -297,7 +297,8 @@ def test_the_same_release_installed_at_another_path_plans_nothing(workdir, tmp_p
 def test_a_release_and_data_code_refactors_refetch_reprepare_and_retrain_nothing(workdir):
     package = workdir / "src/mpinet"
     old = {
-        m: (package / m).read_text() for m in ("__init__.py", "datasets/images.py", "datasets/fetch.py", "datacli.py")
+        m: (package / m).read_text()
+        for m in ("__init__.py", "datasets/images.py", "datasets/csvdata.py", "datasets/fetch.py", "datacli.py")
     }
     data_jobs = {"make_synthetic", "fetch", "prepare", "train_single", "train_mpi"}
     try:
@@ -312,10 +313,17 @@ def test_a_release_and_data_code_refactors_refetch_reprepare_and_retrain_nothing
         (package / "datacli.py").write_text(old["datacli.py"].replace('"the zip file to write"', '"the zip to write"'))
         jobs = planned(workdir)
         assert not data_jobs & set(jobs), jobs
-        # a change to how data is read re-prepares both datasets and retrains, but fetches nothing
+        # a change to how images are read re-prepares the image dataset and retrains its runs (serial
+        # and Allreduce on 1 rank, Allreduce on 2), but fetches nothing and leaves the table alone
         (package / "datasets/images.py").write_text(old["datasets/images.py"] + "\nX = 1\n")
         jobs = planned(workdir)
-        assert jobs["prepare"] == 2 and jobs["train_single"] == 4 and jobs["train_mpi"] == 3, jobs
+        assert jobs["prepare"] == 1 and jobs["train_single"] == 2 and jobs["train_mpi"] == 1, jobs
+        assert "fetch" not in jobs and "make_synthetic" not in jobs, jobs
+        (package / "datasets/images.py").write_text(old["datasets/images.py"])
+        # and the table code, the Iris dataset and its runs (2 on 1 rank, 2 on 2 ranks)
+        (package / "datasets/csvdata.py").write_text(old["datasets/csvdata.py"] + "\nX = 1\n")
+        jobs = planned(workdir)
+        assert jobs["prepare"] == 1 and jobs["train_single"] == 2 and jobs["train_mpi"] == 2, jobs
         assert "fetch" not in jobs and "make_synthetic" not in jobs, jobs
     finally:
         for m, text in old.items():

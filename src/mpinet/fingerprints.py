@@ -83,14 +83,17 @@ FETCHING = CodeFingerprint(
     ("mpinet.datasets.fetch",),
     {"cfa0326fea76695b": "0ab16cf8a1426656"},  # 0.4.0: derived modules; bundled:NAME resolved in fetch()
 )
-# the arrays from those files: finding the files, decoding, splitting, standardizing, writing
-PREPARATION = CodeFingerprint(
-    "preparation",
-    1,
-    ("mpinet.datasets.prepare",),
-    # 0.4.0: the datasets subpackage, derived modules; dataset writing in mpinet.datasets.prepared
-    {"e3b9b0f2491a7b23": "d17364a9ba7f0492"},
-)
+# the arrays from those files, one fingerprint per format (the formats of mpinet.datasets.prepare,
+# which imports each format's module by name): the dispatch and that module with what it imports
+PREPARATION = {
+    fmt: CodeFingerprint("preparation", 1, ("mpinet.datasets.prepare", module), same)
+    for fmt, module, same in (
+        # 0.4.0: the datasets subpackage, derived modules; dataset writing in mpinet.datasets.prepared
+        # 0.7.0: one fingerprint per format (the same arrays)
+        ("csv", "mpinet.datasets.csvdata", {"e6a8cb4d5cc40a27": "d17364a9ba7f0492"}),
+        ("images", "mpinet.datasets.images", {"b3fb0bb12415aee1": "d17364a9ba7f0492"}),
+    )
+}
 # the generated stand-in for the Intel archive
 SYNTHESIS = CodeFingerprint("synthesis", 1, ("mpinet.datasets.synthetic",))
 

@@ -62,7 +62,8 @@ rule prepare:
         fmt=lambda w: config["datasets"][w.dataset]["format"],
         options=lambda w: prepare_options(config["datasets"][w.dataset]),
         source=get_source,
-        preparation=PREPARATION.value(),
+        # the preparing code's fingerprint, of this dataset's format
+        preparation=lambda w: PREPARATION[config["datasets"][w.dataset]["format"]].value(),
     message:
         "Preprocessing dataset {wildcards.dataset} into .npy arrays"
     shell:

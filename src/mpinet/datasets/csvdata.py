@@ -11,9 +11,11 @@ import numpy as np
 
 from mpinet import MpinetError
 from mpinet.datasets import dataset, prepared
+from mpinet.datasets.fetch import is_metadata
 from mpinet.datasets.split import stratified_split
 from mpinet.files import staging_dir
 
+TABLE_SUFFIXES = (".csv", ".data", ".txt", ".tsv")
 ID_NAME = re.compile(r"^(id|index|unnamed: ?0|)$", re.IGNORECASE)
 
 
@@ -88,6 +90,36 @@ def read_table(path: str | Path, label_column: str | None = None) -> tuple[np.nd
             values[r, k] = float(cell)
     keep = [k for k, j in enumerate(feature_idx) if not _is_id_column(names[j], values[:, k], has_header)]
     return values[:, keep], labels, [names[feature_idx[k]] for k in keep]
+
+
+def prepare(raw_dir: str | Path, out_dir: str | Path, options: dict, source: str = "", workers=None) -> dict:
+    """The dataset directory out_dir from the one table in raw_dir (mpinet.datasets.prepare's entry;
+    one process: a table is small)."""
+    return prepare_table(
+        find_table(raw_dir),
+        out_dir,
+        label_column=options.get("label_column"),  # optional: the last column
+        test_fraction=options["test_fraction"],
+        seed=options["split_seed"],
+        source=source,
+    )
+
+
+def find_table(raw_dir: str | Path) -> Path:
+    """The one table file in a fetched dataset (searched recursively)."""
+    raw = Path(raw_dir)
+    found = sorted(
+        p
+        for p in raw.rglob("*")
+        if p.is_file() and p.suffix.lower() in TABLE_SUFFIXES and not is_metadata(str(p.relative_to(raw)))
+    )
+    found = [p for p in found if p.name.lower() not in ("readme.txt", "synthetic.txt")]
+    if not found:
+        raise MpinetError(f"{raw}: no table file (.csv or .data) found")
+    if len(found) > 1:
+        names = ", ".join(str(p.relative_to(raw)) for p in found)
+        raise MpinetError(f"{raw}: several table files ({names}); keep one, or point source at the file itself")
+    return found[0]
 
 
 def prepare_table(

@@ -63,6 +63,22 @@ def list_labelled(split_dir: Path) -> dict[str, list[Path]]:
     return classes
 
 
+def prepare(raw_dir: str | Path, out_dir: str | Path, options: dict, source: str = "", workers=None) -> dict:
+    """The dataset directory out_dir from the image folders in raw_dir (mpinet.datasets.prepare's entry)."""
+    return prepare_images(
+        raw_dir,
+        out_dir,
+        image_size=options["image_size"],
+        standardize=options["standardize_inputs"],
+        test_fraction=options["test_fraction"],
+        seed=options["split_seed"],
+        skip_bad_images=options["skip_bad_images"],
+        include_pred=options["include_pred"],
+        workers=workers,
+        source=source,
+    )
+
+
 def prepare_images(
     root: str | Path,
     out_dir: str | Path,
