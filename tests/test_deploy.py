@@ -106,3 +106,5 @@ def test_the_deployment_instructions_pin_this_releases_tag():
     tags = set(re.findall(r'tag[= ]"?(v[\w.-]+)', (REPO / "README.md").read_text()))
     tags |= set(re.findall(r'tag[= ]"?(v[\w.-]+)', "".join(p.read_text() for p in (REPO / "docs").rglob("*.md"))))
     assert tags == {f"v{mpinet.__version__}"}
+    citation = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert citation["version"] == mpinet.__version__  # what a citation names is this release

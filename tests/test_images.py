@@ -1,4 +1,7 @@
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 
@@ -41,7 +44,7 @@ def test_resize_matches_pillow_bilinear(tmp_path):
     assert [a.classes[y] for y in a.train_y] == [f.split("/")[-2] for f in files]
     for row, f in zip(a.train_x, files):
         img = Image.open(f).convert("RGB").resize((8, 8), Image.Resampling.BILINEAR)
-        assert np.allclose(row, np.asarray(img).reshape(-1) / 255, atol=1e-7)
+        assert (row == np.asarray(img).reshape(-1)).all()  # uint8: the resized pixels themselves
 
 
 def test_missing_test_split_is_made_stratified_and_seeded(tmp_path):
@@ -56,9 +59,24 @@ def test_missing_test_split_is_made_stratified_and_seeded(tmp_path):
 def test_per_channel_standardization_uses_training_statistics(raw, tmp_path):
     s = prepare_images(raw, tmp_path / "ds", image_size=24, standardize=True)
     a = dataset.load(tmp_path / "ds")
-    pixels = np.asarray(a.train_x).reshape(-1, 3)
-    assert np.allclose(pixels.mean(axis=0), 0, atol=1e-4) and np.allclose(pixels.std(axis=0), 1, atol=1e-3)
+    assert a.train_x.dtype == np.float32  # standardized values are stored: reads stay copies
+    values = np.asarray(a.train_x).reshape(-1, 3)
+    assert np.allclose(values.mean(axis=0), 0, atol=1e-4) and np.allclose(values.std(axis=0), 1, atol=1e-3)
     assert len(s["standardization"]["mean"]) == 3
+    # the operations mpinet 0.6 applied: scaled in float32, then standardized per channel in float32
+    prepare_images(raw, tmp_path / "plain", image_size=24)
+    plain = dataset.load(tmp_path / "plain")
+    old = np.multiply(plain.test_x, np.float32(1 / 255)).reshape(-1, 3)
+    old -= np.float32(s["standardization"]["mean"])
+    old *= (1 / np.array(s["standardization"]["std"])).astype(np.float32)
+    assert np.asarray(a.test_x).tobytes() == old.tobytes()
+    # the channel statistics are those of the training pixels as values
+    train = np.multiply(plain.train_x, np.float32(1 / 255)).reshape(-1, 3).astype(np.float64)
+    assert np.allclose(s["standardization"]["mean"], train.mean(axis=0), rtol=1e-12)
+    assert np.allclose(s["standardization"]["std"], train.std(axis=0), rtol=1e-9)
+    summary = json.loads((tmp_path / "ds" / "summary.json").read_text())
+    assert summary["fingerprint"] == dataset.fingerprint(tmp_path / "ds")  # hashed as the values were written
+    assert summary["values"] == dataset.value_stats(a.train_x)
 
 
 def test_pred_images_are_optional_extra_output(raw, tmp_path):
@@ -137,3 +155,65 @@ def test_pixel_formats_become_the_rgb_a_viewer_shows(tmp_path):
     Image.fromarray(np.full((4, 4), 0.5, dtype=np.float32)).save(floats)
     with pytest.raises(MpinetError, match="floats.tif: F pixels .* have no known range"):
         load_image(floats, 4)
+
+
+def test_pixels_stored_as_uint8_read_as_the_float32_values_image_preparation_wrote_before():
+    pixels = np.arange(256, dtype=np.uint8)
+    as_float32 = np.empty(256, np.float32)
+    np.multiply(pixels, np.float32(1 / 255), out=as_float32)  # 0.6.0's stored form, written while decoding
+    assert dataset.features(pixels, np.empty(256, np.float32)).tobytes() == as_float32.tobytes()
+    assert (dataset.features(pixels, np.empty(256)) == as_float32.astype(np.float64)).all()
+    rgb = pixels.repeat(3).reshape(4, 192)  # every value in every channel
+    stats = dataset.value_stats(rgb)
+    float_stats = dataset.value_stats(dataset.features(rgb, np.empty(rgb.shape, np.float32)))
+    assert stats["min"] == float_stats["min"] == 0 and stats["max"] == float_stats["max"] == 1.0
+    assert np.isclose(stats["mean"], float_stats["mean"], rtol=1e-12) and np.isclose(stats["std"], float_stats["std"])
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    "ranks,extra",
+    [
+        (None, ("--shuffle", "samples")),
+        (None, ("--shuffle", "batches", "--dtype", "float64")),
+        (None, ("--train-samples", 30, "--shuffle", "batches")),
+        (2, ("--algorithm", "sharded")),
+        (2, ("--algorithm", "allgather", "--dtype", "float64", "--shuffle", "batches")),
+    ],
+)
+def test_training_on_uint8_pixels_gives_the_weights_of_their_float32_values_bit_for_bit(tmp_path, ranks, extra):
+    """Every way the trainer reads rows (gathered, as a batch view, a subset, the sharded global batch),
+    in both dtypes: the stored form changes no number."""
+    from conftest import run_train, weights
+
+    rng = np.random.default_rng(5)
+    stored = {"uint8": tmp_path / "uint8", "float32": tmp_path / "float32"}
+    for split, n in (("train", 48), ("test", 12)):
+        y = rng.integers(0, 3, n)
+        pixels = np.clip(rng.normal(60 + 60 * y[:, None], 40, size=(n, 27)), 0, 255).astype(np.uint8)
+        for form, d in stored.items():
+            d.mkdir(exist_ok=True)
+            x = pixels if form == "uint8" else np.multiply(pixels, np.float32(1 / 255))  # as mpinet 0.6 stored them
+            np.save(d / f"{split}_x.npy", x)
+            np.save(d / f"{split}_y.npy", y.astype(np.int64))
+    for d in stored.values():
+        (d / "classes.json").write_text('["a", "b", "c"]')
+        (d / "summary.json").write_text("{}")
+    base = ("--epochs", 2, "--hidden", 6, 5, "--batch-size", 4, "--learning-rate", 0.5, "--standardize", "false")
+    got, evaluated = {}, {}
+    for form, d in stored.items():
+        run_train(ranks, "--data", d, "--out", tmp_path / f"run_{form}", *base, *extra)
+        got[form] = weights(tmp_path / f"run_{form}")
+        metrics = pd.read_csv(tmp_path / f"run_{form}" / "metrics.csv")
+        evaluated[form] = metrics[["train_loss", "test_loss", "test_accuracy"]].to_numpy()
+    assert got["uint8"].tobytes() == got["float32"].tobytes()
+    assert (evaluated["uint8"] == evaluated["float32"]).all()  # the test split is read the same way
+
+
+def test_the_summary_s_fingerprint_and_values_summed_while_decoding_are_those_of_the_finished_files(raw, tmp_path):
+    prepare_images(raw, tmp_path / "ds", image_size=24, workers=2)
+    summary = json.loads((tmp_path / "ds" / "summary.json").read_text())
+    a = dataset.load(tmp_path / "ds")
+    assert summary["fingerprint"] == dataset.fingerprint(tmp_path / "ds")  # hashed as the rows were written
+    assert summary["values"] == dataset.value_stats(a.train_x)  # summed in the workers, row by row
+    assert summary["dtype"] == "uint8" and a.train_x.dtype == np.uint8

@@ -74,6 +74,9 @@ NUMERICS = CodeFingerprint(
         "30bca31b8bb6a244": "d8023681db0bdf4e",
         "79a13989dac9994d": "d8023681db0bdf4e",
         "7a7a80c08692d737": "d8023681db0bdf4e",
+        # 0.7.0: uint8 pixels read as pixel * (1/255) in float32 (mpinet.datasets.pixels): the same
+        # weights from float32 data, and from pixels the weights of their float32 values
+        "6d565c4ae0e2c92a": "d8023681db0bdf4e",
     },
 )
 # what lands in resources/raw/<dataset>: the download, the checksum check and the unpacking
@@ -89,9 +92,15 @@ PREPARATION = {
     fmt: CodeFingerprint("preparation", 1, ("mpinet.datasets.prepare", module), same)
     for fmt, module, same in (
         # 0.4.0: the datasets subpackage, derived modules; dataset writing in mpinet.datasets.prepared
-        # 0.7.0: one fingerprint per format (the same arrays)
-        ("csv", "mpinet.datasets.csvdata", {"e6a8cb4d5cc40a27": "d17364a9ba7f0492"}),
-        ("images", "mpinet.datasets.images", {"b3fb0bb12415aee1": "d17364a9ba7f0492"}),
+        # 0.7.0: one fingerprint per format; the same tables
+        (
+            "csv",
+            "mpinet.datasets.csvdata",
+            {"e6a8cb4d5cc40a27": "d17364a9ba7f0492", "70d6ec53583804ad": "d17364a9ba7f0492"},
+        ),
+        # 0.7.0: images that are not standardized are stored as uint8 pixels (new arrays, the same
+        # values); channel statistics from exact pixel counts (the same up to rounding)
+        ("images", "mpinet.datasets.images", {}),
     )
 }
 # the generated stand-in for the Intel archive

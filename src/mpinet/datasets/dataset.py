@@ -1,7 +1,9 @@
 """The on-disk form of a preprocessed dataset, shared by the preprocessing and training steps.
 
-A dataset directory holds float32 feature arrays and int64 label arrays as .npy files
-(memory-mappable), `classes.json` (class names, index = label) and `summary.json`.
+A dataset directory holds feature arrays and int64 label arrays as .npy files (memory-mappable),
+`classes.json` (class names, index = label) and `summary.json`. Features are float32 values, or
+uint8 pixels (images that are not standardized), which become values batch by batch
+(mpinet.datasets.pixels).
 """
 
 import hashlib
@@ -12,13 +14,15 @@ from pathlib import Path
 import numpy as np
 
 from mpinet import MpinetError
+from mpinet.datasets import pixels
 
+FEATURE_DTYPES = (np.dtype(np.float32), np.dtype(np.uint8))  # the stored forms: values, or pixels
 FILES = ("train_x.npy", "train_y.npy", "test_x.npy", "test_y.npy", "classes.json", "summary.json")
 
 
 @dataclass
 class Arrays:
-    """Training and test arrays of one dataset; x: float32[n, features], y: int64[n]."""
+    """Training and test arrays of one dataset; x: float32 or uint8 pixels [n, features], y: int64[n]."""
 
     train_x: np.ndarray
     train_y: np.ndarray
@@ -52,6 +56,10 @@ def check(a: Arrays, where: str, check_values: bool = True) -> None:
         x, y = getattr(a, f"{split}_x"), getattr(a, f"{split}_y")
         if x.ndim != 2 or y.ndim != 1:
             raise MpinetError(f"{where}: {split}_x must be 2-D and {split}_y 1-D, got {x.shape} and {y.shape}")
+        if x.dtype not in FEATURE_DTYPES:
+            raise MpinetError(f"{where}: {split}_x holds {x.dtype} features; expected float32 or uint8 pixels")
+        if x.dtype == np.uint8 and x.shape[1] % pixels.CHANNELS:
+            raise MpinetError(f"{where}: {split}_x holds {x.shape[1]} uint8 features; expected RGB pixels (3 each)")
         if len(x) != len(y):
             raise MpinetError(f"{where}: {split}_x has {len(x)} rows but {split}_y has {len(y)} labels")
         if len(x) == 0:
@@ -102,12 +110,23 @@ def prepared_size(directory: str | Path) -> tuple[int, int] | None:
         return None
 
 
+def features(stored: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Stored feature rows as the trainer sees them, written into out (float32 or float64, the same
+    shape) and returned: float32 copied or cast; pixels as pixels.to_values makes them."""
+    if stored.dtype == np.uint8:
+        return pixels.to_values(stored, out)
+    out[...] = stored
+    return out
+
+
 def first_nonfinite_row(x: np.ndarray, chunk_bytes: int = 32 << 20) -> int | None:
-    """Index of the first row holding NaN or inf, or None.
+    """Index of the first row holding NaN or inf, or None (pixels are always finite).
 
     A memory map is read through its file in chunks instead of through the mapping, so the
     scan leaves no pages of the whole dataset resident in this process.
     """
+    if np.issubdtype(x.dtype, np.integer):
+        return None
     rows = max(1, chunk_bytes // max(1, x.itemsize * x.shape[1]))
     filename = getattr(x, "filename", None)
     if filename is None:
@@ -132,14 +151,42 @@ def _file_chunks(filename, x: np.ndarray, rows: int):
 
 
 def fingerprint(directory: str | Path) -> str:
-    """sha256 over the four array files and classes.json, read in 8 MB chunks."""
-    h = hashlib.sha256()
+    """sha256 over the four array files and classes.json, each its name and its bytes."""
+    digest = ContentDigest()
     for name in FILES[:5]:
-        h.update(name.encode() + b"\0")
-        with open(Path(directory) / name, "rb") as f:
+        digest.add_file(Path(directory) / name)
+    return digest.hexdigest()
+
+
+class ContentDigest:
+    """fingerprint()'s sha256 fed piece by piece, the files in FILES' order: a writer that hashes rows
+    as it writes them (images) ends where reading the finished files would."""
+
+    def __init__(self):
+        self._h = hashlib.sha256()
+        self._files = 0
+
+    def start(self, name: str) -> None:
+        """The next file begins; its bytes follow through update()."""
+        if name != FILES[self._files]:
+            raise ValueError(f"content digest: {name} out of order; expected {FILES[self._files]}")
+        self._files += 1
+        self._h.update(name.encode() + b"\0")
+
+    def update(self, data) -> None:
+        self._h.update(data)
+
+    def add_file(self, path: Path) -> None:
+        """A whole file, read in 8 MB chunks."""
+        self.start(path.name)
+        with open(path, "rb") as f:
             while chunk := f.read(8 << 20):
-                h.update(chunk)
-    return h.hexdigest()
+                self._h.update(chunk)
+
+    def hexdigest(self) -> str:
+        if self._files != 5:
+            raise ValueError(f"content digest: {self._files} of the 5 files fed")
+        return self._h.hexdigest()
 
 
 def _recorded_fingerprint(d: Path) -> str | None:
@@ -155,7 +202,13 @@ def _recorded_fingerprint(d: Path) -> str | None:
 
 
 def value_stats(x: np.ndarray) -> dict:
-    """min, max, mean and std of a (memory-mapped) array, read in chunks (float64 sums of float32 rows)."""
+    """min, max, mean and std of a (memory-mapped) array's features as trained on, read in chunks
+    (float64 sums of float32 rows; pixels from their exact counts)."""
+    if x.dtype == np.uint8:
+        counts = pixels.no_counts()
+        for start in range(0, len(x), 1024):
+            pixels.add_counts(counts, pixels.channel_counts(np.asarray(x[start : start + 1024])))
+        return pixels.value_stats(counts, x.size // pixels.CHANNELS)
     lo, hi, s, ss = np.inf, -np.inf, 0.0, 0.0
     for start in range(0, len(x), 1024):
         c = np.asarray(x[start : start + 1024])

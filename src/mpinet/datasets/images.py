@@ -1,7 +1,8 @@
-"""Image-folder datasets (Intel layout): find the splits, decode in parallel, write float32 .npy arrays.
+"""Image-folder datasets (Intel layout): find the splits, decode in parallel, write .npy arrays.
 
-Features are the resized RGB pixels in height x width x channel order, scaled to [0, 1],
-optionally standardized per channel with statistics of the training split.
+Features are the resized RGB pixels in height x width x channel order, scaled to [0, 1] and
+optionally standardized per channel with statistics of the training split (mpinet.datasets.pixels):
+stored as uint8 pixels that the trainer scales batch by batch, or, standardized, as float32 values.
 """
 
 import os
@@ -15,7 +16,7 @@ from PIL import Image, ImageOps
 from tqdm import tqdm
 
 from mpinet import MpinetError
-from mpinet.datasets import dataset, prepared
+from mpinet.datasets import dataset, pixels, prepared
 from mpinet.datasets.fetch import is_metadata
 from mpinet.datasets.split import stratified_split
 from mpinet.files import staging_dir
@@ -56,7 +57,7 @@ def list_labelled(split_dir: Path) -> dict[str, list[Path]]:
     """Class name -> sorted image files; an empty class folder is an error."""
     classes = {}
     for sub in sorted(p for p in split_dir.iterdir() if p.is_dir() and not is_metadata(p.name)):
-        files = sorted(f for f in sub.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and not is_metadata(f.name))
+        files = [sub / name for name in sorted(_image_names(sub))]  # names sort as paths of one folder do
         if not files:
             raise MpinetError(f"{sub}: class folder holds no images (expected *.jpg files)")
         classes[sub.name] = files
@@ -103,31 +104,39 @@ def prepare_images(
         jobs.append(("pred", pred, None))
     with staging_dir(out_dir) as staging:
         skipped: list[dict] = []
-        counts = _decode_splits(root, jobs, classes, staging, image_size, skip_bad_images, skipped, workers)
-        channel_stats = _standardize_splits(staging, [split for split, *_ in jobs]) if standardize else None
+        # the rows are hashed in order as they are written, and the training pixels counted as decoded
+        digest = dataset.ContentDigest()
+        streamed = None if standardize else digest  # else the standardized values are, after
+        decode = _decode_splits(root, jobs, classes, staging, image_size, skip_bad_images, skipped, workers, streamed)
+        counts, (train_counts, n_pixels) = decode
+        channel_stats = None
+        if standardize:
+            channel_stats = pixels.channel_stats(train_counts, n_pixels)
+            _standardize_splits(staging, [split for split, *_ in jobs], channel_stats, digest)
         train_x = np.load(staging / "train_x.npy", mmap_mode="r")
+        values = dataset.value_stats(train_x) if standardize else pixels.value_stats(train_counts, n_pixels)
+        del train_x
         summary = {
             "format": "images",
             "source": source or str(root),
             "classes": classes,
             "counts": counts,
             "shapes": {s: list(np.load(staging / f"{s}_x.npy", mmap_mode="r").shape) for s, *_ in jobs},
-            "dtype": "float32",
+            "dtype": "float32" if standardize else "uint8",  # values, or pixels the trainer scales
             "image_size": image_size,
             "layout": "height x width x RGB, flattened",
             "standardization": channel_stats,
-            "values": dataset.value_stats(train_x),
+            "values": values,
             "test_split": test_split,
             "skipped_files": skipped,
             "duplicates_dropped": 0,
             "synthetic": (Path(root) / SYNTHETIC_MARKER).exists(),
         }
-        del train_x
         for extra in ("train_files.txt", "test_files.txt", "pred_x.npy", "pred_files.txt"):  # before the summary
             if (staging / extra).exists():
                 Path(out_dir).mkdir(parents=True, exist_ok=True)
                 os.replace(staging / extra, Path(out_dir) / extra)
-        prepared.write(out_dir, staging, classes, summary)
+        prepared.write(out_dir, staging, classes, summary, digest if not skipped else None)
     return summary
 
 
@@ -162,29 +171,59 @@ def _labelled_splits(splits: dict, test_fraction: float, seed: int) -> tuple[lis
     return classes, [("train", train_files, train_y), ("test", test_files, test_y)], test_split
 
 
-def _decode_splits(root, jobs, classes, staging: Path, size, skip_bad, skipped, workers) -> dict:
-    """Each split's <split>_x.npy, _y.npy and _files.txt in staging; returns the class counts."""
+def _decode_splits(root, jobs, classes, staging: Path, size, skip_bad, skipped, workers, digest) -> tuple:
+    """Each split's <split>_x.npy, _y.npy and _files.txt in staging, the labelled ones fed to digest
+    as they are written, by one pool of decode workers; returns the class counts, and the training
+    pixels' channel counts and number."""
     dim = size * size * 3
-    counts = {}
-    for split, files, y in jobs:
-        x_path = staging / f"{split}_x.npy"
-        kept = _decode_all(files, x_path, size, dim, skip_bad, skipped, workers, split)
-        (staging / f"{split}_files.txt").write_text("".join(f"{files[i]}\n" for i in kept))
-        if y is not None:
-            y = y[kept]
-            np.save(staging / f"{split}_y.npy", y)
-            counts[split] = {c: int((y == i).sum()) for i, c in enumerate(classes)}
-        if y is not None and len(y) == 0:
-            raise MpinetError(f"{root}: every {split} image was skipped as unreadable")
-    return counts
+    counts, train = {}, None
+    with get_context("fork").Pool(workers or min(os.cpu_count() or 1, 8)) as pool:
+        for split, files, y in jobs:
+            x_path = staging / f"{split}_x.npy"
+            streamed = digest if split in ("train", "test") else None
+            kept, pixel_counts = _decode_all(pool, files, x_path, size, dim, skip_bad, skipped, split, streamed)
+            train = (pixel_counts, len(kept) * size * size) if split == "train" else train
+            (staging / f"{split}_files.txt").write_text("".join(f"{files[i]}\n" for i in kept))
+            if y is not None:
+                y = y[kept]
+                np.save(staging / f"{split}_y.npy", y)
+                if streamed is not None:
+                    streamed.add_file(staging / f"{split}_y.npy")
+                counts[split] = {c: int((y == i).sum()) for i, c in enumerate(classes)}
+            if y is not None and len(y) == 0:
+                raise MpinetError(f"{root}: every {split} image was skipped as unreadable")
+    return counts, train
 
 
-def _standardize_splits(staging: Path, splits: list[str]) -> dict:
-    """Standardize every split per channel with the training split's statistics; returns them."""
-    mean, std = _channel_stats(np.load(staging / "train_x.npy", mmap_mode="r"))
+def _standardize_splits(staging: Path, splits: list[str], stats: dict, digest) -> None:
+    """Rewrite every split's pixels as float32 values standardized with the training split's channel
+    statistics, feeding the labelled splits (and their labels) to digest in file order."""
     for split in splits:
-        _standardize_inplace(np.load(staging / f"{split}_x.npy", mmap_mode="r+"), mean, std)
-    return {"mean": mean.tolist(), "std": std.tolist(), "from": "training split"}
+        path = staging / f"{split}_x.npy"
+        stored = np.load(path, mmap_mode="r")
+        tiled = pixels.standardization(stats, stored.shape[1], "standardization")
+        fed = digest if split in ("train", "test") else None
+        new = path.with_name("std_" + path.name)
+        offset = open_memmap(new, mode="w+", dtype=np.float32, shape=stored.shape).offset
+        # blocks of rows computed in a buffer in the cache and written with write(): a memory map of
+        # the new file would fault in every page first (2x slower)
+        block = np.empty((max(1, (4 << 20) // max(1, 4 * stored.shape[1])), stored.shape[1]), np.float32)
+        with open(new, "r+b") as f:
+            if fed is not None:
+                fed.start(path.name)
+                fed.update(f.read(offset))  # the .npy header
+            f.seek(offset)
+            for start in range(0, len(stored), len(block)):
+                rows = block[: len(stored[start : start + len(block)])]
+                for i, row in enumerate(rows):  # row by row: each pass over a row stays in the L2 cache
+                    pixels.to_values(stored[start + i], row, tiled)
+                f.write(rows)
+                if fed is not None:
+                    fed.update(rows)
+        del stored
+        os.replace(new, path)
+        if fed is not None:
+            fed.add_file(staging / f"{split}_y.npy")
 
 
 def load_image(path: Path, size: int) -> np.ndarray:
@@ -217,55 +256,60 @@ def to_rgb(img: Image.Image, path) -> Image.Image:
     return img.convert("RGB")
 
 
-_OUTPUT = None  # a decode worker's (file descriptor, data offset, row bytes, row buffer) of the output .npy
+_OUTPUTS: dict[str, tuple[int, int, int]] = {}  # a decode worker's output .npy files: fd, data offset, row bytes
 
 
-def _open_output(path: str) -> None:
-    global _OUTPUT
-    x = np.load(path, mmap_mode="r")
-    row = np.empty(x.shape[1], dtype=np.float32)
-    _OUTPUT = (os.open(path, os.O_WRONLY), x.offset, row.nbytes, row)
-
-
-def _decode_into(args) -> tuple[int, str | None]:
-    """Decode one file and write its row of the output array (pwrite: no pickled pixels, no page faults)."""
-    i, path, size = args
+def _decode_into(args) -> tuple[int, str | np.ndarray | None]:
+    """Decode one file and write its row of the output array (pwrite: no pickled pixels, no page
+    faults); returns its index and, if asked to count, its pixels' channel counts; or the error."""
+    i, path, size, output, count = args
     try:
-        pixels = load_image(path, size)
+        image = load_image(path, size)
     except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError... for bad files
         return i, f"{type(e).__name__}: {e}"
-    fd, offset, nbytes, row = _OUTPUT
-    np.multiply(pixels.reshape(-1), np.float32(1 / 255), out=row)
-    os.pwrite(fd, row, offset + i * nbytes)
-    return i, None
+    if output not in _OUTPUTS:
+        x = np.load(output, mmap_mode="r")
+        _OUTPUTS[output] = (os.open(output, os.O_WRONLY), x.offset, x.shape[1])
+    fd, offset, nbytes = _OUTPUTS[output]
+    os.pwrite(fd, image, offset + i * nbytes)
+    return i, pixels.channel_counts(image.reshape(1, -1)) if count else None
 
 
-def _decode_all(files, x_path, size, dim, skip_bad, skipped, workers, split) -> np.ndarray:
-    """Decode files in order into a float32[n, dim] .npy; returns the indices of the files kept."""
-    open_memmap(x_path, mode="w+", dtype=np.float32, shape=(len(files), dim)).flush()
-    kept = []
-    workers = workers or min(os.cpu_count() or 1, 8)
-    jobs = ((i, f, size) for i, f in enumerate(files))
-    with get_context("fork").Pool(workers, initializer=_open_output, initargs=(str(x_path),)) as pool:
-        results = pool.imap(_decode_into, jobs, chunksize=16)
-        bar = tqdm(results, total=len(files), desc=f"decode {split}", unit="img", file=sys.stderr, mininterval=2)
-        for i, err in bar:
-            if err is None:
-                kept.append(i)
-                continue
-            if not skip_bad:
-                raise MpinetError(f"{files[i]}: cannot decode image ({err}); set skip_bad_images to skip it")
-            skipped.append({"file": str(files[i]), "error": err})
-    if len(kept) < len(files):  # skipped files: keep only the decoded rows
+def _decode_all(pool, files, x_path, size, dim, skip_bad, skipped, split, digest) -> tuple:
+    """Decode files in order into a uint8[n, dim] .npy, its bytes fed to digest (if any) row by row
+    as they come; returns the indices of the files kept and (training rows) their pixels' channel counts."""
+    written = open_memmap(x_path, mode="w+", dtype=np.uint8, shape=(len(files), dim))
+    written.flush()
+    if digest is not None:
+        digest.start(x_path.name)
+        with open(x_path, "rb") as f:
+            digest.update(f.read(written.offset))  # the .npy header
+    kept, total = [], pixels.no_counts()
+    jobs = ((i, f, size, str(x_path), split == "train") for i, f in enumerate(files))
+    results = pool.imap(_decode_into, jobs, chunksize=16)
+    bar = tqdm(results, total=len(files), desc=f"decode {split}", unit="img", file=sys.stderr, mininterval=2)
+    for i, got in bar:
+        if not isinstance(got, str):
+            if got is not None:
+                pixels.add_counts(total, got)
+            kept.append(i)
+            if digest is not None:  # in file order: imap returns the rows in order
+                digest.update(written[i])
+            continue
+        if not skip_bad:
+            raise MpinetError(f"{files[i]}: cannot decode image ({got}); set skip_bad_images to skip it")
+        skipped.append({"file": str(files[i]), "error": got})
+    del written
+    if len(kept) < len(files):  # skipped files: keep only the decoded rows (the digest is dropped)
         full = np.load(x_path, mmap_mode="r")
         small_path = x_path.with_name("small_" + x_path.name)
-        small = open_memmap(small_path, mode="w+", dtype=np.float32, shape=(len(kept), dim))
+        small = open_memmap(small_path, mode="w+", dtype=np.uint8, shape=(len(kept), dim))
         for j, i in enumerate(kept):
             small[j] = full[i]
         small.flush()
         del small, full
         os.replace(small_path, x_path)
-    return np.array(kept, dtype=np.intp)
+    return np.array(kept, dtype=np.intp), total
 
 
 def _flatten(by_class: dict[str, list[Path]], classes: list[str]) -> tuple[list[Path], np.ndarray]:
@@ -276,26 +320,14 @@ def _flatten(by_class: dict[str, list[Path]], classes: list[str]) -> tuple[list[
     return files, np.array(labels, dtype=np.int64)
 
 
-def _channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    s, ss, n = np.zeros(3), np.zeros(3), 0
-    for start in range(0, len(x), 512):
-        c = np.asarray(x[start : start + 512], dtype=np.float64).reshape(-1, 3)
-        s += c.sum(axis=0)
-        ss += np.square(c).sum(axis=0)
-        n += len(c)
-    mean = s / n
-    std = np.sqrt(np.maximum(ss / n - mean**2, 0))
-    std[std == 0] = 1.0
-    return mean, std
-
-
-def _standardize_inplace(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> None:
-    m, inv = mean.astype(np.float32), (1 / std).astype(np.float32)
-    for start in range(0, len(x), 512):
-        c = x[start : start + 512].reshape(-1, 3)
-        c -= m
-        c *= inv
-    x.flush()
+def _image_names(d: Path) -> list[str]:
+    """The image files' names in folder d (no metadata: names starting with a dot; not __MACOSX)."""
+    with os.scandir(d) as entries:
+        return [
+            e.name
+            for e in entries
+            if not e.name.startswith(".") and os.path.splitext(e.name)[1].lower() in IMAGE_SUFFIXES and e.is_file()
+        ]
 
 
 def _has_images(d: Path) -> bool:

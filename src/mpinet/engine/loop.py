@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mpinet import MpinetError
-from mpinet.datasets import dataset
+from mpinet.datasets import dataset, pixels
 from mpinet.engine.comm import Comm, even_split, exchange_for
 from mpinet.engine.model import (
     Net,
@@ -322,7 +322,10 @@ def _slot(batch: np.ndarray, slot: int, slots: int) -> np.ndarray:
 
 
 def _gather(x_all: np.ndarray, rows: np.ndarray, buf: np.ndarray) -> np.ndarray:
-    """Copy the given rows of a (memory-mapped) array into a contiguous buffer of the training dtype."""
+    """Copy the given rows of a (memory-mapped) array into a contiguous buffer of the training dtype
+    (pixels as their values)."""
+    if x_all.dtype == np.uint8:
+        return pixels.rows_to_values(x_all, rows, buf)
     out = buf[: len(rows)]
     for i, r in enumerate(rows):  # row by row: 3x faster than np.take for long rows, and casts on the fly
         out[i] = x_all[r]
@@ -330,13 +333,11 @@ def _gather(x_all: np.ndarray, rows: np.ndarray, buf: np.ndarray) -> np.ndarray:
 
 
 def _rows(x_all: np.ndarray, rows: np.ndarray, buf: np.ndarray) -> np.ndarray:
-    """Consecutive rows of x_all: a view when the dtype matches (no copy), else converted into buf."""
+    """Consecutive rows of x_all: a view when the dtype matches (no copy), else their values in buf."""
     view = x_all[rows[0] : rows[-1] + 1] if len(rows) else x_all[:0]
     if view.dtype == buf.dtype:
         return view
-    out = buf[: len(rows)]
-    out[...] = view
-    return out
+    return dataset.features(view, buf[: len(rows)])
 
 
 def _evaluate(net, layers, x_all, y_all, comm: Comm, batch: int):
