@@ -10,10 +10,8 @@ engine whose timings must not be divided by the old one's, a changed data prepar
 parameter that was wrong) moves it to itself, keeps the one before in RERUN_FROM (that upgrade
 reruns them once) and says so in CHANGELOG.md.
 
-0.4.0 reruns, once, the datasets whose job parameters were wrong in 0.3.x: a bundled source
-(bundled:iris) entered its jobs as the install path, and the synthetic archive's generator was in no
-fingerprint. Their fetch, preparation and runs rerun; a study's data from any other source (a URL, a
-local file, kaggle:) keeps every run.
+0.7.0 reruns, once, the preparation of image datasets (their pixels are stored as uint8 now) and the
+runs on them; tables (the bundled Iris and a study's local copy of it) keep their data and every run.
 """
 
 import io
@@ -28,11 +26,12 @@ from mpinet.layout import RECORD_FILE, RUNS_ROOT
 
 pytestmark = pytest.mark.workflow
 
-RELEASED = "25513f200572df8f4914583c29aed18d7cec7867"  # 0.4.0 (tag v0.4.0): reruns derived from the code
-RERUN_FROM = "087bb1a31a83f6b3a511bac9bb18fc6c28403ba8"  # 0.3.0 as landed on 2026-12-02
-# what upgrading from RERUN_FROM reruns besides the runs on those datasets: bundled:iris and the
-# synthetic images, never the study's local copy of the same table
-REBUILT = {"make_synthetic": 1, "fetch": 2, "prepare": 2}
+RELEASED = "f73b0ce85f639bd795ddcc142b81310495287d2a"  # 0.7.0: uint8 pixels, a preparation fingerprint per format
+RERUN_FROM = "765b39d619a6833f10d0787420a25b12e9675f55"  # 0.6.0 (tag v0.6.0)
+# what upgrading from RERUN_FROM reruns besides the runs on those datasets: the synthetic images'
+# preparation, never a fetch, never a table
+REBUILT = {"prepare": 1}
+RETRAINED = ("images",)  # the datasets whose runs retrain
 LOCAL = {"source": "data/iris.csv", "format": "csv", "test_fraction": 0.3, "split_seed": 0}
 
 
@@ -81,11 +80,13 @@ def test_upgrading_reruns_data_and_training_only_across_a_change_to_what_they_co
     trained = len(list((wd / RUNS_ROOT).rglob(RECORD_FILE)))
     on_local = len(list((wd / RUNS_ROOT / "local").rglob(RECORD_FILE)))
     assert trained >= 4 and on_local == 3
+    retraining = sum(len(list((wd / RUNS_ROOT / d).rglob(RECORD_FILE))) for d in RETRAINED)
+    assert retraining >= 1
 
     changed = _pull(wd, old)
     assert changed
     plan = planned(wd)
-    rebuilt = {r: n for r, n in plan.items() if r in REBUILT}
+    rebuilt = {r: n for r, n in plan.items() if r in ("make_synthetic", "fetch", "prepare")}
     assert rebuilt == (REBUILT if reruns else {}), f"upgrading from {old}: {plan}"
     retrained = plan.get("train_single", 0) + plan.get("train_mpi", 0)
-    assert retrained == (trained - on_local if reruns else 0), f"upgrading from {old}: {plan}"
+    assert retrained == (retraining if reruns else 0), f"upgrading from {old}: {plan}"
