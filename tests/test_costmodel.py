@@ -11,10 +11,13 @@ import pytest
 from mpinet.analysis.costmodel import (
     COMPUTE_KEYS,
     Link,
+    allgather_seconds,
     allreduce_seconds,
     epoch_seconds,
+    first_layer_share,
     fit_compute,
     fit_link,
+    layer_sizes,
     model_error,
     n_params,
     paramserver_step_seconds,
@@ -79,17 +82,61 @@ def test_epoch_time_splits_compute_over_ranks_and_adds_the_exchange_per_step():
     link = Link(1e-5, 1e-9)
     size = n_params(100, "10", 3)
     assert size == 100 * 10 + 10 + 10 * 3 + 3
-    serial = epoch_seconds("serial", 1, 1000, 8, 2e-5, size, 4, link)
+    sizes = layer_sizes(100, "10", 3)
+    serial = epoch_seconds("serial", 1, 1000, 8, 2e-5, sizes, 4, link)
     assert serial == pytest.approx(0.02)
-    two = epoch_seconds("allreduce", 2, 1000, 8, 2e-5, size, 4, link)
+    two = epoch_seconds("allreduce", 2, 1000, 8, 2e-5, sizes, 4, link)
     assert two == pytest.approx(0.01 + math.ceil(1000 / 16) * allreduce_seconds(2, size * 4, 4, link))
-    ps = epoch_seconds("paramserver", 3, 1000, 8, 2e-5, size, 4, link)
+    ps = epoch_seconds("paramserver", 3, 1000, 8, 2e-5, sizes, 4, link)
     assert ps == pytest.approx(math.ceil(1000 / 16) * (2e-5 * 8 + paramserver_step_seconds(3, size * 4, link)))
 
 
-def test_predictions_cover_every_design_and_rank_count_with_speedups_against_the_model_serial():
+def test_allgather_follows_mpichs_algorithm_choice():
+    link = Link(1e-6, 1e-9)
+    # short: recursive doubling (Bruck off powers of two), ceil(log2 p) messages
+    assert allgather_seconds(4, 1000, link) == pytest.approx(2e-6 + 3 / 4 * 1000e-9)
+    assert allgather_seconds(6, 1000, link) == pytest.approx(3e-6 + 5 / 6 * 1000e-9)
+    # long: the ring, p - 1 messages
+    assert allgather_seconds(4, 4 << 20, link) == pytest.approx(3e-6 + 3 / 4 * (4 << 20) * 1e-9)
+    assert allgather_seconds(1, 4 << 20, link) == 0.0
+
+
+def test_the_small_batch_designs_split_the_first_layer_s_work_as_they_run_it():
+    """Without communication cost: sharded divides the first layer's work by P and runs the rest of
+    the net on the whole global batch; allgather divides everything but the first layer's update,
+    which every rank applies for the whole global batch."""
+    free = Link(0.0, 0.0)
+    sizes = (10000, 30, 20, 6)  # a wide first layer, as the Intel data's
+    share = first_layer_share(sizes)
+    macs = 10000 * 30 + 30 * 20 + 20 * 6
+    assert share == pytest.approx(10000 * 30 / (2 * macs + 30 * 20 + 20 * 6))
+    serial = epoch_seconds("serial", 1, 1024, 4, 1e-4, sizes, 4, free)
+    sharded = epoch_seconds("sharded", 4, 1024, 4, 1e-4, sizes, 4, free)
+    assert sharded == pytest.approx(serial * (2 * share / 4 + 1 - 2 * share))
+    assert serial / 4 < sharded < serial / 3.9  # nearly P: the first layer is nearly all the work
+    allgather = epoch_seconds("allgather", 4, 1024, 4, 1e-4, sizes, 4, free)
+    assert allgather == pytest.approx(serial / 4 * (1 + 3 * share))  # about half the work does not split
+    # and what they send: the rows and errors (allgather), the first layer's outputs (sharded)
+    link = Link(1e-5, 1e-9)
+    n = n_params(10000, "30-20", 6)
+    steps = 1024 // 16
+    rest = (n - 10000 * 30) * 4
+    gathered = allgather_seconds(4, 16 * 10000 * 4, link) + allgather_seconds(4, 16 * 30 * 4, link)
+    per_step = 1e-4 * (4 + 12 * share) + gathered + allreduce_seconds(4, rest, 4, link)
+    bcast = 2 * link.message(10000 * 30 * 4)
+    assert epoch_seconds("allgather", 4, 1024, 4, 1e-4, sizes, 4, link) == pytest.approx(steps * per_step + bcast)
+    sharded_step = 1e-4 * 16 * (2 * share / 4 + 1 - 2 * share) + allgather_seconds(4, 16 * 30 * 4, link)
+    once = allgather_seconds(4, 10000 * 30 * 4, link) + 2 * link.message(rest)
+    assert epoch_seconds("sharded", 4, 1024, 4, 1e-4, sizes, 4, link) == pytest.approx(steps * sharded_step + once)
+
+
+def test_predictions_cover_the_designs_a_study_ran_and_every_rank_count_with_speedups_against_the_model_serial():
     table = predict(_runs(), {"here": Link(1e-5, 1e-9), "free": Link(0, 0)}, range(1, 33))
-    assert set(table["algorithm"]) == {"allreduce", "paramserver"} and table["ranks"].max() == 32
+    assert set(table["algorithm"]) == {"allreduce"} and table["ranks"].max() == 32
+    alone = predict(_runs().iloc[:1], {"here": Link(1e-5, 1e-9)}, range(1, 5))  # serial only: the original's two
+    assert set(alone["algorithm"]) == {"allreduce", "paramserver"}
+    small = pd.concat([_runs(), _runs().iloc[1:].assign(algorithm="sharded", ranks=2)])
+    assert set(predict(small, {"here": Link(1e-5, 1e-9)}, [1, 2])["algorithm"]) == {"allreduce", "sharded"}
     free = table[(table["link"] == "free") & (table["algorithm"] == "allreduce")].set_index("ranks")
     assert free.loc[32, "speedup"] == pytest.approx(32)  # nothing to pay for talking: linear
     here = table[(table["link"] == "here") & (table["algorithm"] == "allreduce")].set_index("ranks")

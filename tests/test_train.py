@@ -294,6 +294,14 @@ def test_bad_options_are_refused_with_the_reason(opts, ranks, message):
             r"test_y\[0\] = 7 is outside the 3 classes",
         ),
         (lambda d: _nan_row(d / "train_x.npy", 17), "train_x row 17 holds NaN"),
+        (
+            lambda d: np.save(d / "test_x.npy", np.load(d / "test_x.npy").astype(np.int64)),
+            "test_x holds int64 features; expected float values or uint8 pixels",
+        ),
+        (
+            lambda d: np.save(d / "train_x.npy", np.zeros((60, 5), dtype=np.uint8)),
+            "train_x holds 5 uint8 features; expected RGB pixels",
+        ),
     ],
 )
 def test_bad_arrays_give_a_one_line_error(small_dataset, tmp_path, damage, message):

@@ -26,7 +26,7 @@ from mpinet.layout import RECORD_FILE, RUNS_ROOT
 
 pytestmark = pytest.mark.workflow
 
-RELEASED = "f73b0ce85f639bd795ddcc142b81310495287d2a"  # 0.7.0: uint8 pixels, a preparation fingerprint per format
+RELEASED = "f73b0ce85f639bd795ddcc142b81310495287d2a"  # 0.7.0's data and training code (the tag: the same fingerprints)
 RERUN_FROM = "765b39d619a6833f10d0787420a25b12e9675f55"  # 0.6.0 (tag v0.6.0)
 # what upgrading from RERUN_FROM reruns besides the runs on those datasets: the synthetic images'
 # preparation, never a fetch, never a table

@@ -12,8 +12,14 @@ its default selection (src/mpi/coll/coll_selection.json) uses recursive doubling
 messages of at most 8 bytes or fewer elements than the largest power of two p' <= P ranks, and
 otherwise Rabenseifner's reduce-scatter + allgather: 2·log2(p')·α + 2·(p'−1)/p'·m·β; when P is not a
 power of two, P − p' ranks first hand their data to a partner and get the result back
-(2·(α + m·β) more). The parameter server's rank 0 receives P−1 gradients and sends P−1 weight
-vectors one after another in every step: 2·(P−1)·(α + m·β).
+(2·(α + m·β) more). An Allgather of m bytes in all: recursive doubling or Bruck below 512 KiB
+(⌈log2 P⌉·α), the ring above ((P−1)·α), and (P−1)/P·m·β either way. The parameter server's rank 0
+receives P−1 gradients and sends P−1 weight vectors one after another in every step: 2·(P−1)·(α + m·β).
+
+The small-batch designs change the compute too, by the share of a sample's multiply-adds in the
+first layer (forward, weight gradient; input gradients from the second layer on): `allgather`'s
+ranks each apply the first layer's update for the whole global batch, `sharded`'s each run the
+first layer for their 1/P of its units and the rest of the net on the whole global batch.
 
 Beyond one node, `INTERCONNECTS` holds α and β of common networks (typical values, see each
 `source`); predictions with them keep the compute measured here.
@@ -27,7 +33,7 @@ import pandas as pd
 
 from mpinet import MpinetError
 from mpinet.engine.model import Net
-from mpinet.engine.options import COMPUTE_OPTIONS, data_ranks
+from mpinet.engine.options import ALGORITHMS, COMPUTE_OPTIONS, data_ranks
 from mpinet.study.experiments import hidden_sizes
 
 
@@ -101,6 +107,29 @@ def allreduce_seconds(ranks: int, nbytes: float, itemsize: int, link: Link) -> f
     return 2 * steps * link.alpha + 2 * (pof2 - 1) / pof2 * nbytes * link.beta + extra
 
 
+def allgather_seconds(ranks: int, nbytes: float, link: Link) -> float:
+    """One MPI_Allgather(v) gathering nbytes in all over `ranks` ranks."""
+    if ranks < 2:
+        return 0.0
+    messages = math.ceil(math.log2(ranks)) if nbytes < ALLGATHER_LONG else ranks - 1
+    return messages * link.alpha + (ranks - 1) / ranks * nbytes * link.beta
+
+
+ALLGATHER_LONG = 512 << 10  # MPICH's MPIR_CVAR_ALLGATHER_LONG_MSG_SIZE: the ring from here on
+
+
+def bcast_seconds(ranks: int, nbytes: float, link: Link) -> float:
+    """One MPI_Bcast of nbytes: a binomial tree, log2 P whole messages (once an epoch here)."""
+    return math.ceil(math.log2(ranks)) * link.message(nbytes) if ranks > 1 else 0.0
+
+
+def first_layer_share(sizes: tuple[int, ...]) -> float:
+    """The first layer's weight gradient's share of a sample's multiply-adds (forward, weight
+    gradients, and input gradients from the second layer on); its forward has the same share."""
+    macs = [a * b for a, b in zip(sizes[:-1], sizes[1:])]
+    return macs[0] / (2 * sum(macs) + sum(macs[1:]))
+
+
 def paramserver_step_seconds(ranks: int, nbytes: float, link: Link) -> float:
     """Rank 0's share of one step: P−1 gradients in, P−1 weight vectors out, one after another."""
     return 2 * (ranks - 1) * link.message(nbytes)
@@ -112,45 +141,64 @@ def epoch_seconds(
     samples: int,
     batch_size: int,
     per_sample_s: float,
-    n_params: int,
+    sizes: tuple[int, ...],
     itemsize: int,
     link: Link,
     sync_every: int = 1,
 ) -> float:
-    """Predicted seconds of one epoch (compute + communication) of one design."""
-    nbytes = n_params * itemsize
-    if ranks == 1:  # serial, or allreduce on one rank: nothing to exchange
+    """Predicted seconds of one epoch (compute + communication) of one design; sizes: the net's
+    layer sizes."""
+    nbytes = Net(sizes).n_params * itemsize
+    if ranks == 1:  # serial, or a design on one rank: nothing to exchange
         return per_sample_s * samples
-    if algorithm == "allreduce":
-        steps = math.ceil(samples / (batch_size * ranks))
-        syncs = steps if sync_every == 1 else math.ceil(steps / sync_every)
-        return per_sample_s * samples / ranks + syncs * allreduce_seconds(ranks, nbytes, itemsize, link)
-    workers = data_ranks(algorithm, ranks)  # paramserver: workers compute a step, then rank 0 serves them in turn
+    workers = data_ranks(algorithm, ranks)
     steps = math.ceil(samples / (batch_size * workers))
-    return steps * (per_sample_s * batch_size + paramserver_step_seconds(ranks, nbytes, link))
+    if algorithm == "paramserver":  # workers compute a step, then rank 0 serves them in turn
+        return steps * (per_sample_s * batch_size + paramserver_step_seconds(ranks, nbytes, link))
+    rows, first = batch_size * ranks, sizes[0] * sizes[1] * itemsize  # the global batch; W's bytes
+    share = first_layer_share(sizes)
+    if algorithm == "allgather":  # every rank updates W for the whole global batch
+        compute = per_sample_s * (batch_size + (rows - batch_size) * share)
+        gathers = allgather_seconds(ranks, rows * sizes[0] * itemsize, link)
+        gathers += allgather_seconds(ranks, rows * sizes[1] * itemsize, link)
+        step = compute + gathers + allreduce_seconds(ranks, nbytes - first, itemsize, link)
+        return steps * step + bcast_seconds(ranks, first, link)
+    if algorithm == "sharded":  # 1/P of the first layer, the rest of the net on the global batch
+        compute = per_sample_s * rows * (2 * share / ranks + 1 - 2 * share)
+        step = compute + allgather_seconds(ranks, rows * sizes[1] * itemsize, link)
+        return steps * step + allgather_seconds(ranks, first, link) + bcast_seconds(ranks, nbytes - first, link)
+    syncs = steps if sync_every == 1 else math.ceil(steps / sync_every)  # allreduce
+    return per_sample_s * samples / ranks + syncs * allreduce_seconds(ranks, nbytes, itemsize, link)
 
 
 def n_params(features: int, hidden: str, classes: int) -> int:
     """Parameters of the net a run trained (hidden as '30-20')."""
-    return Net((features, *hidden_sizes(hidden), classes)).n_params
+    return Net(layer_sizes(features, hidden, classes)).n_params
+
+
+def layer_sizes(features: int, hidden: str, classes: int) -> tuple[int, ...]:
+    """The layer sizes of the net a run trained (hidden as '30-20')."""
+    return (int(features), *hidden_sizes(hidden), int(classes))
 
 
 def _work(run, compute: dict) -> tuple | None:
-    """A run's (samples, batch size, seconds per sample, parameters, bytes per value) as
+    """A run's (samples, batch size, seconds per sample, layer sizes, bytes per value) as
     epoch_seconds takes them, or None when no 1-rank run measured its compute."""
     per_sample = compute.get(tuple(run[k] for k in COMPUTE_KEYS))
     if per_sample is None:
         return None
-    size = n_params(run["features"], run["hidden"], run["classes"])
-    return run["train_samples"], run["batch_size"], per_sample, size, np.dtype(run["dtype"]).itemsize
+    sizes = layer_sizes(run["features"], run["hidden"], run["classes"])
+    return run["train_samples"], run["batch_size"], per_sample, sizes, np.dtype(run["dtype"]).itemsize
 
 
 def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
-    """Predicted epoch time of every design at every rank count, for each configuration the runs
-    measured and each link (name -> Link): strong scaling (speedup and efficiency on the run's
-    training set) or, for samples_per_rank runs, weak scaling (the 1-rank epoch with K samples over
-    the P-rank epoch with K per training rank)."""
+    """Predicted epoch time of the designs the runs ran (the original's two when they ran only
+    serial) at every rank count, for each configuration the runs measured and each link (name ->
+    Link): strong scaling (speedup and efficiency on the run's training set) or, for
+    samples_per_rank runs, weak scaling (the 1-rank epoch with K samples over the P-rank epoch with
+    K per training rank)."""
     compute = fit_compute(runs)
+    designs = [a for a in ALGORITHMS if a != "serial" and a in set(runs["algorithm"])] or ["allreduce", "paramserver"]
     rows = []
     keys = [*COMPUTE_KEYS, "sync_every", "features", "classes", "train_samples", "samples_per_rank"]
     weak_runs = runs["samples_per_rank"] > 0 if "samples_per_rank" in runs else pd.Series(False, index=runs.index)
@@ -164,7 +212,7 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
         per_rank = int(c.get("samples_per_rank", 0) or 0)
         serial = epoch_seconds("serial", 1, *_sized(work, per_rank or work[0]), Link(0, 0))
         for name, link in links.items():
-            for algorithm in ("allreduce", "paramserver"):
+            for algorithm in designs:
                 for p in rank_counts:
                     if algorithm == "paramserver" and p < 2:
                         continue

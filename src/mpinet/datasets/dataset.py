@@ -16,7 +16,6 @@ import numpy as np
 from mpinet import MpinetError
 from mpinet.datasets import pixels
 
-FEATURE_DTYPES = (np.dtype(np.float32), np.dtype(np.uint8))  # the stored forms: values, or pixels
 FILES = ("train_x.npy", "train_y.npy", "test_x.npy", "test_y.npy", "classes.json", "summary.json")
 
 
@@ -56,8 +55,8 @@ def check(a: Arrays, where: str, check_values: bool = True) -> None:
         x, y = getattr(a, f"{split}_x"), getattr(a, f"{split}_y")
         if x.ndim != 2 or y.ndim != 1:
             raise MpinetError(f"{where}: {split}_x must be 2-D and {split}_y 1-D, got {x.shape} and {y.shape}")
-        if x.dtype not in FEATURE_DTYPES:
-            raise MpinetError(f"{where}: {split}_x holds {x.dtype} features; expected float32 or uint8 pixels")
+        if not (np.issubdtype(x.dtype, np.floating) or x.dtype == np.uint8):  # values, or pixels
+            raise MpinetError(f"{where}: {split}_x holds {x.dtype} features; expected float values or uint8 pixels")
         if x.dtype == np.uint8 and x.shape[1] % pixels.CHANNELS:
             raise MpinetError(f"{where}: {split}_x holds {x.shape[1]} uint8 features; expected RGB pixels (3 each)")
         if len(x) != len(y):

@@ -71,9 +71,9 @@ def from_model(row: dict, shape: dict, runs: pd.DataFrame, link: costmodel.Link 
     per_sample = compute.get(tuple(run[k] for k in costmodel.COMPUTE_KEYS))
     if per_sample is None or not np.isfinite(per_sample):
         return None
-    size = costmodel.n_params(shape["features"], run["hidden"], shape["classes"])
+    sizes = costmodel.layer_sizes(shape["features"], run["hidden"], shape["classes"])
     itemsize = np.dtype(row["dtype"]).itemsize
-    work = (shape["train_samples"], int(row["batch_size"]), per_sample, size, itemsize)
+    work = (shape["train_samples"], int(row["batch_size"]), per_sample, sizes, itemsize)
     train = costmodel.epoch_seconds(row["algorithm"], int(row["ranks"]), *work, link, int(row["sync_every"]))
     # evaluation: a forward pass (a third of a training step's work) over the test set, split over the ranks
     evaluate = per_sample / 3 * shape["test_samples"] / int(row["ranks"])
