@@ -137,6 +137,10 @@ def test_predictions_cover_the_designs_a_study_ran_and_every_rank_count_with_spe
     assert set(alone["algorithm"]) == {"allreduce", "paramserver"}
     small = pd.concat([_runs(), _runs().iloc[1:].assign(algorithm="sharded", ranks=2)])
     assert set(predict(small, {"here": Link(1e-5, 1e-9)}, [1, 2])["algorithm"]) == {"allreduce", "sharded"}
+    # per dataset: another dataset's designs draw no line here
+    other = _runs().assign(dataset="e")
+    both = predict(pd.concat([small, other]), {"here": Link(1e-5, 1e-9)}, [1, 2])
+    assert set(both[both["dataset"] == "e"]["algorithm"]) == {"allreduce"}
     free = table[(table["link"] == "free") & (table["algorithm"] == "allreduce")].set_index("ranks")
     assert free.loc[32, "speedup"] == pytest.approx(32)  # nothing to pay for talking: linear
     here = table[(table["link"] == "here") & (table["algorithm"] == "allreduce")].set_index("ranks")

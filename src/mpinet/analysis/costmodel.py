@@ -198,7 +198,6 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
     samples_per_rank runs, weak scaling (the 1-rank epoch with K samples over the P-rank epoch with
     K per training rank)."""
     compute = fit_compute(runs)
-    designs = [a for a in ALGORITHMS if a != "serial" and a in set(runs["algorithm"])] or ["allreduce", "paramserver"]
     rows = []
     keys = [*COMPUTE_KEYS, "sync_every", "features", "classes", "train_samples", "samples_per_rank"]
     weak_runs = runs["samples_per_rank"] > 0 if "samples_per_rank" in runs else pd.Series(False, index=runs.index)
@@ -210,6 +209,7 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
         if (work := _work(c, compute)) is None:
             continue
         per_rank = int(c.get("samples_per_rank", 0) or 0)
+        designs = _designs(runs[runs["dataset"] == c["dataset"]])
         serial = epoch_seconds("serial", 1, *_sized(work, per_rank or work[0]), Link(0, 0))
         for name, link in links.items():
             for algorithm in designs:
@@ -236,6 +236,13 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
                     )
     # with no 1-rank run to fit the compute to, there is nothing to predict: an empty table, with its columns
     return pd.DataFrame(rows, columns=MODEL_COLUMNS)
+
+
+def _designs(runs: pd.DataFrame) -> list[str]:
+    """The designs to predict for a dataset: those its runs ran, or the original's two when they
+    ran only serial."""
+    ran = set(runs["algorithm"])
+    return [a for a in ALGORITHMS if a != "serial" and a in ran] or ["allreduce", "paramserver"]
 
 
 MODEL_COLUMNS = [
