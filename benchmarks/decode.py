@@ -109,7 +109,7 @@ def _reads(plain: dataset.Arrays, repeats: int) -> dict[int, list[float]]:
     """Median seconds to take a batch of random training rows into the trainer's float32 buffer."""
     stored = np.array(dataset.features(plain.train_x, np.empty(plain.train_x.shape, np.float32)))
     stats = pixels.channel_stats(pixels.channel_counts(plain.train_x), plain.train_x.size // pixels.CHANNELS)
-    tiled = pixels.standardization(stats, stored.shape[1], "")
+    tiled = pixels.standardization(stats, stored.shape[1])
 
     def standardized(rows, out):
         for i, r in enumerate(rows):

@@ -78,6 +78,7 @@ NUMERICS = CodeFingerprint(
         # weights from float32 data, and from pixels the weights of their float32 values
         "6d565c4ae0e2c92a": "d8023681db0bdf4e",
         "a23959b00e627f20": "d8023681db0bdf4e",  # 0.7.0: the features' dtype checked at load
+        "83b13ac0443e0356": "d8023681db0bdf4e",  # 0.7.0's review: pixels' standardization unchecked
     },
 )
 # what lands in resources/raw/<dataset>: the download, the checksum check and the unpacking
@@ -101,11 +102,16 @@ PREPARATION = {
                 "e6a8cb4d5cc40a27": "d17364a9ba7f0492",
                 "70d6ec53583804ad": "d17364a9ba7f0492",
                 "a65052d6f5a805f1": "d17364a9ba7f0492",
+                "5ab5adaacbb3fd46": "d17364a9ba7f0492",
             },
         ),
         # 0.7.0: images that are not standardized are stored as uint8 pixels (new arrays, the same
         # values); channel statistics from exact pixel counts (the same up to rounding)
-        ("images", "mpinet.datasets.images", {"b5a8a4992a580549": "1926d2e1e3661d58"}),
+        (
+            "images",
+            "mpinet.datasets.images",
+            {"b5a8a4992a580549": "1926d2e1e3661d58", "0092fa845a96d48d": "1926d2e1e3661d58"},
+        ),
     )
 }
 # the generated stand-in for the Intel archive
