@@ -31,7 +31,7 @@ from numpy.lib.format import open_memmap
 
 from mpinet.datasets import dataset, pixels
 from mpinet.datasets.fetch import fetch
-from mpinet.datasets.images import load_image, prepare_images
+from mpinet.datasets.images import CHUNK, load_image, prepare_images
 from mpinet.datasets.synthetic import make_archive
 from mpinet.engine.loop import _gather
 
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
                 dataset.fingerprint(tmp / "ds0")
             ),
             f"channel counts of the training pixels (the workers; divided by {a.workers})": lambda r: (
-                [pixels.channel_counts(ds.train_x[i : i + 1]) for i in range(len(ds.train_x))]
+                [pixels.channel_counts(ds.train_x[i : i + CHUNK]) for i in range(0, len(ds.train_x), CHUNK)]
             ),
         }
         extra_times = _rounds(extras, a.repeats)

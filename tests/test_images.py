@@ -101,6 +101,7 @@ def test_skip_bad_images_lists_every_skipped_file(raw, tmp_path):
     assert s["counts"]["train"]["sea"] == 5 and s["shapes"]["train"] == [35, 24 * 24 * 3]
     a = dataset.load(tmp_path / "ds")
     assert len(a.train_x) == len(a.train_y) == 35
+    assert s["values"] == dataset.value_stats(a.train_x)  # the skipped file's chunk counted without it
 
 
 def test_empty_class_folder_is_an_error(tmp_path):
@@ -217,3 +218,14 @@ def test_the_summary_s_fingerprint_and_values_summed_while_decoding_are_those_of
     assert summary["fingerprint"] == dataset.fingerprint(tmp_path / "ds")  # hashed as the rows were written
     assert summary["values"] == dataset.value_stats(a.train_x)  # summed in the workers, row by row
     assert summary["dtype"] == "uint8" and a.train_x.dtype == np.uint8
+
+
+@pytest.mark.parametrize("lines", [1, 256, 257, 700])
+def test_channel_counts_are_exact_at_the_float32_limit_of_the_summed_lines(lines):
+    from mpinet.datasets import pixels
+
+    rng = np.random.default_rng(lines)
+    for rows in (np.full((lines, 450), 255, np.uint8), rng.integers(0, 256, (lines, 450), dtype=np.uint8)):
+        by_channel = rows.reshape(-1, pixels.CHANNELS).astype(np.int64)
+        expected = [by_channel.sum(0), (by_channel**2).sum(0), by_channel.min(0), by_channel.max(0)]
+        assert (pixels.channel_counts(rows) == np.array(expected)).all()

@@ -79,6 +79,7 @@ NUMERICS = CodeFingerprint(
         "6d565c4ae0e2c92a": "d8023681db0bdf4e",
         "a23959b00e627f20": "d8023681db0bdf4e",  # 0.7.0: the features' dtype checked at load
         "83b13ac0443e0356": "d8023681db0bdf4e",  # 0.7.0's review: pixels' standardization unchecked
+        "dbab008d709c6bf4": "d8023681db0bdf4e",  # 0.7.1: pixels' channel counts summed by the BLAS
     },
 )
 # what lands in resources/raw/<dataset>: the download, the checksum check and the unpacking
@@ -103,6 +104,7 @@ PREPARATION = {
                 "70d6ec53583804ad": "d17364a9ba7f0492",
                 "a65052d6f5a805f1": "d17364a9ba7f0492",
                 "5ab5adaacbb3fd46": "d17364a9ba7f0492",
+                "e6de3eec38bee983": "d17364a9ba7f0492",  # 0.7.1: pixels' channel counts (not a table's)
             },
         ),
         # 0.7.0: images that are not standardized are stored as uint8 pixels (new arrays, the same
@@ -110,7 +112,13 @@ PREPARATION = {
         (
             "images",
             "mpinet.datasets.images",
-            {"b5a8a4992a580549": "1926d2e1e3661d58", "0092fa845a96d48d": "1926d2e1e3661d58"},
+            {
+                "b5a8a4992a580549": "1926d2e1e3661d58",
+                "0092fa845a96d48d": "1926d2e1e3661d58",
+                # 0.7.1: decoded CHUNK files a task, counted together, the counts summed by the BLAS:
+                # the same arrays and summaries
+                "c17beac91f6304aa": "1926d2e1e3661d58",
+            },
         ),
     )
 }

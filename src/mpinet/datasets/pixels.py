@@ -19,6 +19,9 @@ import numpy as np
 PIXEL_SCALE = np.float32(1 / 255)
 CHANNELS = 3  # RGB, laid out pixel by pixel with the channel fastest
 SUM, SQUARES, LOW, HIGH = range(4)  # the rows of a counts array
+# lines summed in float32 at once: 256 squares of pixels (255**2 each) stay below 2**24, so every
+# partial sum is an integer float32 holds exactly, in any order the BLAS adds them
+SUMMED_LINES = 256
 
 
 def to_values(pixels: np.ndarray, out: np.ndarray, standardization: tuple | None = None) -> np.ndarray:
@@ -71,12 +74,15 @@ def channel_counts(pixels: np.ndarray) -> np.ndarray:
     lines = pixels.reshape(-1, line)  # reductions down the columns of a wide array are fast
     columns = np.zeros((2, line))  # sums and sums of squares per column: exact integers in float64
     low, high = np.full(line, 255, np.uint8), np.zeros(line, np.uint8)
-    for start in range(0, len(lines), 256):  # narrow sums of 256 lines cannot overflow: 255 * 256 < 2**16
-        block = lines[start : start + 256]
-        squares = block.astype(np.uint16)
-        squares *= squares  # 255**2 fits
-        columns[0] += block.sum(axis=0, dtype=np.uint16)
-        columns[1] += squares.sum(axis=0, dtype=np.uint32)
+    values = np.empty((min(len(lines), SUMMED_LINES), line), np.float32)
+    ones = np.ones(len(values), np.float32)
+    for start in range(0, len(lines), SUMMED_LINES):
+        block = lines[start : start + SUMMED_LINES]
+        v, n = values[: len(block)], len(block)
+        np.copyto(v, block)
+        columns[0] += ones[:n] @ v  # a BLAS sum down the columns: 2x numpy's integer sums
+        v *= v
+        columns[1] += ones[:n] @ v
         np.minimum(low, block.min(axis=0), out=low)
         np.maximum(high, block.max(axis=0), out=high)
     counts = np.empty((4, CHANNELS), dtype=np.int64)
