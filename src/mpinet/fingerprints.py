@@ -81,6 +81,7 @@ NUMERICS = CodeFingerprint(
         "83b13ac0443e0356": "d8023681db0bdf4e",  # 0.7.0's review: pixels' standardization unchecked
         "dbab008d709c6bf4": "d8023681db0bdf4e",  # 0.7.1: pixels' channel counts summed by the BLAS
         "14894810b4862a28": "d8023681db0bdf4e",  # 0.7.1: plain views of the memory maps (no Python a slice)
+        "aeba982056b82a39": "d8023681db0bdf4e",  # 0.7.1: the labels too
     },
 )
 # what lands in resources/raw/<dataset>: the download, the checksum check and the unpacking

@@ -86,7 +86,7 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=Non
     check_options(opts, comm.size, len(arrays.train_y), len(arrays.classes))
     # plain ndarray views of the memory maps: every slice of an np.memmap runs Python code
     # (memmap.__array_finalize__), about 20 a step at batch 4
-    arrays = replace(arrays, train_x=np.asarray(arrays.train_x), test_x=np.asarray(arrays.test_x))
+    arrays = replace(arrays, **{k: np.asarray(getattr(arrays, k)) for k in ("train_x", "train_y", "test_x", "test_y")})
     run = _Run.start(arrays, opts, comm)
     result = Result(run.params, run.net, first_layer=run.ws.plan.describe())
     start_epoch = 0
