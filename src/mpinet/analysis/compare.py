@@ -12,6 +12,7 @@ import pandas as pd
 
 from mpinet import MpinetError
 from mpinet.analysis.environment import differences, read_environment
+from mpinet.analysis.figures import save_png
 from mpinet.files import atomic_path
 from mpinet.study.experiments import COLUMNS, varying
 
@@ -149,10 +150,7 @@ def figure(table: pd.DataFrame, path, title: str) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110)
+    save_png(fig, path)
 
 
 def main(argv=None) -> int:

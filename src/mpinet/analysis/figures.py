@@ -3,6 +3,11 @@ workflow's targets, the plotting code and the tests are built from this table. E
 caption is workflow/report/<name>.rst."""
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from mpinet.files import atomic_path
+
+DPI = 110  # every figure's resolution: the report's, the timeline's and `make compare`'s
 
 
 @dataclass(frozen=True)
@@ -23,3 +28,12 @@ FIGURES = (
     Figure("class_counts", "Data", "samples per class"),
 )
 NAMES = tuple(f.name for f in FIGURES)
+
+
+def save_png(fig, path: str | Path) -> None:
+    """Write a matplotlib figure as a PNG at `path`, its folder made if need be, atomically: a
+    reader (the report, a rerun after a kill) sees the whole image or none."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=DPI)

@@ -14,9 +14,8 @@ from matplotlib.ticker import ScalarFormatter
 from mpinet import MpinetError
 from mpinet.analysis.costmodel import COMPUTE_KEYS
 from mpinet.analysis.environment import read_environment, short_form
-from mpinet.analysis.figures import NAMES
+from mpinet.analysis.figures import NAMES, save_png
 from mpinet.analysis.timelines import timeline_figure
-from mpinet.files import atomic_path
 from mpinet.study.experiments import variant_values, varying
 
 DESIGN_COLORS = {
@@ -41,7 +40,6 @@ SHORT_NAMES = {
     "paramserver": "Send/Recv PS",
 }
 DESIGN_ORDER = {a: i for i, a in enumerate(DESIGN_COLORS)}
-DPI = 110
 MAX_VARIANT_ROWS = 6
 # The original Go project's hand-typed Intel timings (goai/plot/resultstopng.go; units and epoch
 # counts never recorded): processes -> time. Drawn on the Intel scaling figure as its speedup
@@ -541,8 +539,5 @@ def _finish(fig, axes, title: str, path, legend: bool = True, bottom: float = 0)
             if not line.get_label().startswith("_")
         },
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=DPI)
+    save_png(fig, path)
     return texts

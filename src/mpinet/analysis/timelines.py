@@ -12,8 +12,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from mpinet.analysis.figures import save_png
 from mpinet.engine.timeline import TIMELINE_FILE
-from mpinet.files import atomic_path
 
 STEPS_SHOWN = 6  # per design: enough to see the pattern repeat, few enough to read each phase
 PHASE_COLORS = {
@@ -101,10 +101,7 @@ def timeline_figure(runs: pd.DataFrame, title: str, path) -> dict:
     full = f"{title}: per-rank timeline of one run per design ({label or 'none'})"
     fig.suptitle(full, fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110)
+    save_png(fig, path)
     legend = [PHASE_NAMES[p] for p in shown]
     return {
         "title": full,
