@@ -78,18 +78,16 @@ class Comm:
         self.mpi.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
         return float(buf[0])
 
-    def bcast(self, buf: np.ndarray, root: int = 0) -> None:
-        if self.mpi is not None:
-            self.mpi.Bcast(buf, root=root)
-
-    def bcast_timed(self, buf: np.ndarray) -> None:
-        """bcast from rank 0 as part of the training exchange (timed and counted)."""
+    def bcast(self, buf: np.ndarray, root: int = 0, timed: bool = False) -> None:
+        """buf from rank `root` on every rank, in place; `timed`: part of the training exchange, its
+        seconds and bytes counted."""
         if self.mpi is None or self.size == 1:
             return
         t = time.perf_counter()
-        self.mpi.Bcast(buf, root=0)
-        self.seconds += time.perf_counter() - t
-        self.bytes_sent += buf.nbytes if self.rank == 0 else 0
+        self.mpi.Bcast(buf, root=root)
+        if timed:
+            self.seconds += time.perf_counter() - t
+            self.bytes_sent += buf.nbytes if self.rank == root else 0
 
     def server_step(self, params: np.ndarray, inbox: np.ndarray, serve: list | None = None) -> None:
         """Parameter server: receive every worker's gradient, update the main weights, send them back.
@@ -215,6 +213,11 @@ class Exchange:
     global_batch_rows = False  # every rank's rows of a step (buffers of ranks x batch rows)
     reads_all_rows = False  # every training row, not only its shard
 
+    @classmethod
+    def create(cls, comm: Comm, sizes: tuple[int, ...], batch: int, dtype, sync_every: int) -> "Exchange":
+        """This design's exchange for this rank (sizes: the net's layer sizes; batch: a rank's rows)."""
+        return cls(comm)
+
     def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None, factors=None) -> None:
         """End a training step: combine the ranks' updates and step the weights."""
 
@@ -251,6 +254,10 @@ class FactorAllgather(Exchange):
     gathers_first_layer = True
     global_batch_rows = True
 
+    @classmethod
+    def create(cls, comm, sizes, batch, dtype, sync_every):
+        return cls(comm, sizes, batch, dtype)
+
     def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
         self.comm = comm
         n_in, units = sizes[0], sizes[1]
@@ -274,7 +281,7 @@ class FactorAllgather(Exchange):
     def finish(self, params: np.ndarray) -> None:
         # every rank stepped the first layer itself: rank 0's weights, so that ranks whose BLAS
         # kernels round differently (mixed nodes) cannot drift apart for longer than an epoch
-        self.comm.bcast_timed(params[: self.first])
+        self.comm.bcast(params[: self.first], timed=True)
 
 
 class LocalSGD(Exchange):
@@ -282,6 +289,10 @@ class LocalSGD(Exchange):
     weights are averaged over the ranks."""
 
     updates_in_backward = True  # each rank's own step; only the averaging is an exchange
+
+    @classmethod
+    def create(cls, comm, sizes, batch, dtype, sync_every):
+        return cls(comm, sync_every)
 
     def __init__(self, comm: Comm, every: int):
         self.comm, self.every = comm, every
@@ -295,6 +306,10 @@ class LocalSGD(Exchange):
 class ParameterServer(Exchange):
     """Rank 0 holds the main weights and does not train: it applies every worker's update and
     sends the weights back; a worker sends its gradient and receives the new weights."""
+
+    @classmethod
+    def create(cls, comm, sizes, batch, dtype, sync_every):
+        return cls(comm, sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:])), dtype)
 
     def __init__(self, comm: Comm, n_params: int, dtype):
         self.comm = comm
@@ -327,6 +342,10 @@ class ShardedFirstLayer(Exchange):
     global_batch_rows = True
     reads_all_rows = True
 
+    @classmethod
+    def create(cls, comm, sizes, batch, dtype, sync_every):
+        return cls(comm, sizes, batch, dtype)
+
     def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
         self.comm = comm
         self.n_in, units = sizes[0], sizes[1]
@@ -345,7 +364,7 @@ class ShardedFirstLayer(Exchange):
         w = params[: sum(self.shares) * self.n_in].reshape(-1, self.n_in)
         self.comm.gather_rows(np.array(w[self.mine]), w, self.shares)
         # every rank stepped the rest itself: rank 0's, as in FactorAllgather.finish
-        self.comm.bcast_timed(params[w.size :])
+        self.comm.bcast(params[w.size :], timed=True)
 
 
 def exchange_class(algorithm: str, sync_every: int = 1) -> type[Exchange]:
@@ -361,11 +380,4 @@ def exchange_class(algorithm: str, sync_every: int = 1) -> type[Exchange]:
 
 def exchange_for(algorithm: str, sync_every: int, comm: Comm, sizes: tuple[int, ...], batch: int, dtype) -> Exchange:
     """The exchange of this design for this rank (sizes: the net's layer sizes)."""
-    cls = exchange_class(algorithm, sync_every)
-    if cls is ParameterServer:
-        return ParameterServer(comm, sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:])), dtype)
-    if cls is LocalSGD:
-        return LocalSGD(comm, sync_every)
-    if cls is GradientAllreduce:
-        return GradientAllreduce(comm)
-    return cls(comm, sizes, batch, dtype)
+    return exchange_class(algorithm, sync_every).create(comm, sizes, batch, dtype, sync_every)
