@@ -83,6 +83,7 @@ NUMERICS = CodeFingerprint(
         "14894810b4862a28": "d8023681db0bdf4e",  # 0.7.1: plain views of the memory maps (no Python a slice)
         "aeba982056b82a39": "d8023681db0bdf4e",  # 0.7.1: the labels too
         "bc03f289428eef66": "d8023681db0bdf4e",  # 0.7.1: each exchange builds itself; one bcast
+        "c3819be58b9e3521": "d8023681db0bdf4e",  # 0.7.2: the server's inbox sized by Net.n_params
     },
 )
 # what lands in resources/raw/<dataset>: the download, the checksum check and the unpacking

@@ -29,6 +29,7 @@ import time
 import numpy as np
 
 from mpinet.engine import blas
+from mpinet.engine.model import Net
 
 PS_GRAD_TAG = 1  # worker -> server: the lr-scaled gradient of one step
 PS_WEIGHTS_TAG = 2  # server -> worker: the main weights after the update
@@ -309,7 +310,7 @@ class ParameterServer(Exchange):
 
     @classmethod
     def create(cls, comm, sizes, batch, dtype, sync_every):
-        return cls(comm, sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:])), dtype)
+        return cls(comm, Net(sizes).n_params, dtype)
 
     def __init__(self, comm: Comm, n_params: int, dtype):
         self.comm = comm
