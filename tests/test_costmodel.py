@@ -148,7 +148,7 @@ def test_predictions_cover_the_designs_a_study_ran_and_every_rank_count_with_spe
 
 
 def test_without_a_one_rank_run_the_model_predicts_nothing_but_keeps_its_columns(tmp_path):
-    from mpinet.analysis.plots import scaling
+    from mpinet.analysis.scaling import scaling
 
     runs = _runs()
     runs = runs.assign(ranks=2, algorithm="allreduce")  # no 1-rank run: no compute to fit

@@ -81,7 +81,7 @@ def test_tables_hold_every_run_and_epoch(small_run):
 
 
 def test_other_swept_parameters_become_named_variants():
-    from mpinet.analysis.plots import _label
+    from mpinet.analysis.style import labelled
 
     df = pd.DataFrame(
         [
@@ -89,15 +89,15 @@ def test_other_swept_parameters_become_named_variants():
             for lr, f in ((0.3, False), (0.01, True))
         ]
     )
-    assert sorted(_label(df)["variant"]) == ["learning_rate=0.01, faithful=True", "learning_rate=0.3, faithful=False"]
-    assert set(_label(df.iloc[:1])["variant"]) == {""}
+    assert sorted(labelled(df)["variant"]) == ["learning_rate=0.01, faithful=True", "learning_rate=0.3, faithful=False"]
+    assert set(labelled(df.iloc[:1])["variant"]) == {""}
 
 
 @pytest.mark.mpi  # small_run trains under mpiexec
 def test_the_intel_figure_carries_the_originals_numbers_relative_to_their_first_point(small_run, tmp_path):
     import pandas as pd
 
-    from mpinet.analysis.plots import ORIGINAL_INTEL, scaling
+    from mpinet.analysis.scaling import ORIGINAL_INTEL, scaling
 
     _, _, m = small_run
     texts = scaling(pd.read_csv(m / "runs.csv"), "intel", tmp_path / "s.png", original=True)
@@ -112,7 +112,7 @@ def test_the_scaling_figure_draws_the_cost_models_lines_to_32_ranks(small_run, t
     import pandas as pd
 
     from mpinet.analysis.costmodel import Link, predict
-    from mpinet.analysis.plots import scaling
+    from mpinet.analysis.scaling import scaling
 
     _, _, m = small_run
     runs = pd.read_csv(m / "runs.csv")
@@ -165,9 +165,9 @@ def test_the_timeline_figure_draws_one_run_per_design_at_its_largest_rank_count(
 
 
 def test_every_design_has_a_colour_and_names():
-    """The figures' design tables and the engine's ALGORITHMS are lists that must agree."""
-    from mpinet.analysis import plots, timelines
+    """The figures' design table and the engine's ALGORITHMS are lists that must agree, in order."""
+    from mpinet.analysis.style import DESIGNS
     from mpinet.engine.options import ALGORITHMS
 
-    for table in (plots.DESIGN_COLORS, plots.DESIGN_NAMES, plots.SHORT_NAMES, timelines.DESIGN_NAMES):
-        assert tuple(table) == ALGORITHMS
+    assert tuple(DESIGNS) == ALGORITHMS
+    assert len({d.color for d in DESIGNS.values()}) == len(DESIGNS)  # no two designs share a colour

@@ -224,7 +224,8 @@ def test_the_model_predicts_weak_scaling_from_the_compute_per_sample():
 
 def test_the_figures_show_data_size_curves_and_a_weak_scaling_panel(tmp_path):
     from mpinet.analysis.aggregate import summarize_runs
-    from mpinet.analysis.plots import data_size, scaling
+    from mpinet.analysis.plots import data_size
+    from mpinet.analysis.scaling import scaling
 
     epochs = _epochs_of(
         tmp_path,

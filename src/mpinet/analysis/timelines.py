@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from mpinet.analysis.figures import save_png
+from mpinet.analysis.style import DESIGN_ORDER, DESIGNS
 from mpinet.engine.timeline import TIMELINE_FILE
 
 STEPS_SHOWN = 6  # per design: enough to see the pattern repeat, few enough to read each phase
@@ -32,13 +33,6 @@ PHASE_NAMES = {
     "apply": "server: apply one worker's update",
     "send": "server: send weights",
 }
-DESIGN_NAMES = {
-    "serial": "serial",
-    "allreduce": "Allreduce",
-    "allgather": "Allgather",
-    "sharded": "sharded first layer",
-    "paramserver": "parameter server",
-}
 
 
 def representative_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -50,8 +44,7 @@ def representative_runs(runs: pd.DataFrame) -> pd.DataFrame:
     for _, g in runs.groupby("algorithm", sort=False):
         top = g[g["ranks"] == g["ranks"].max()].sort_values(["median_epoch_s", "run_dir"])
         picked.append(top.iloc[(len(top) - 1) // 2])
-    order = {a: i for i, a in enumerate(DESIGN_NAMES)}
-    return pd.DataFrame(picked).sort_values("algorithm", key=lambda s: s.map(order)) if picked else runs.iloc[:0]
+    return pd.DataFrame(picked).sort_values("algorithm", key=lambda s: s.map(DESIGN_ORDER)) if picked else runs.iloc[:0]
 
 
 def lanes(trace: dict, steps: int = STEPS_SHOWN) -> dict[int, list[tuple[str, float, float]]]:
@@ -72,7 +65,7 @@ def timeline_figure(runs: pd.DataFrame, title: str, path) -> dict:
         trace = json.loads((Path(run["run_dir"]) / TIMELINE_FILE).read_text())
         for tid, spans in sorted(lanes(trace).items()):
             role = " (server)" if any(p in ("apply", "send") for p, _, _ in spans) else ""
-            rows.append((f"{DESIGN_NAMES.get(run['algorithm'], run['algorithm'])}, rank {tid}{role}", spans))
+            rows.append((f"{DESIGNS[run['algorithm']].timeline}, rank {tid}{role}", spans))
     fig = Figure(figsize=(11, 1.6 + 0.32 * max(len(rows), 3)))
     ax = fig.subplots()
     for i, (_, spans) in enumerate(rows):
@@ -97,7 +90,7 @@ def timeline_figure(runs: pd.DataFrame, title: str, path) -> dict:
             va="center",
             transform=ax.transAxes,
         )
-    label = ", ".join(f"{DESIGN_NAMES.get(a, a)} on {r}" for a, r in zip(chosen["algorithm"], chosen["ranks"]))
+    label = ", ".join(f"{DESIGNS[a].timeline} on {r}" for a, r in zip(chosen["algorithm"], chosen["ranks"]))
     full = f"{title}: per-rank timeline of one run per design ({label or 'none'})"
     fig.suptitle(full, fontsize=10)
     fig.tight_layout()

@@ -1,0 +1,267 @@
+"""The scaling figures: speedup, parallel efficiency (strong and weak) and final accuracy against
+the rank count, with the cost model's lines and the original's Intel timings; and where an epoch's
+time goes (compute, moving bytes, waiting)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import ScalarFormatter
+
+from mpinet.analysis.costmodel import COMPUTE_KEYS
+from mpinet.analysis.style import DESIGN_ORDER, DESIGNS, finish, labelled, ranks_text, subplots
+
+# The original Go project's hand-typed Intel timings (goai/plot/resultstopng.go; units and epoch
+# counts never recorded): processes -> time. Drawn on the Intel scaling figure as its speedup
+# relative to its own first point (7 processes), for comparison only: other hardware, summed updates.
+ORIGINAL_INTEL = {
+    "Allreduce": {7: 90, 8: 74, 10: 74, 12: 69, 16: 59, 20: 60, 25: 47, 30: 44},
+    "Send/Recv": {7: 203, 8: 149, 10: 118, 12: 120, 16: 111, 20: 113, 25: 138, 30: 140},
+}
+
+
+def scaling(
+    runs: pd.DataFrame,
+    title: str,
+    path,
+    original: bool = False,
+    model: pd.DataFrame | None = None,
+    where: str | None = None,
+) -> dict:
+    """Strong scaling (speedup and parallel efficiency against the 1-rank serial run on the same
+    data, with the ideal lines), weak scaling when the study sweeps samples_per_rank, and the final
+    accuracy each design reached. Bars: the 95 % bootstrap interval over launches and epochs (the
+    widest over seeds); hollow markers: a run or its baseline was not timed alone;
+    x: more ranks than cores. `model` adds the cost model's lines, `original` the original
+    project's Intel numbers, `where` a line under the figure saying on what it ran."""
+    table = labelled(runs)
+    variants = sorted(table["variant"].unique())
+    df = table[table["algorithm"] != "serial"].dropna(subset=["speedup"])
+    if "weak_efficiency" not in table:  # a table without weak-scaling runs
+        table["weak_efficiency"] = np.nan
+    weak = table[table["algorithm"] != "serial"].dropna(subset=["weak_efficiency"])
+    n_panels = 4 if len(weak) else 3
+    fig, axes = subplots(1, n_panels, figsize=(5.7 * n_panels, 4.5))
+    _accuracy_panel(axes[-1], table, variants)
+    if df.empty:
+        for ax in axes[:2]:
+            ax.text(0.5, 0.5, "no speedup to draw:\nthe study has no matching serial run", ha="center", va="center")
+    else:
+        _speedup_panels(axes[:2], df, variants)
+    for ax in axes[:2]:
+        ax.set_title("strong scaling: training set and batch per rank fixed", fontsize=9)
+    ranks = {*runs["ranks"]}
+    with_model = model is not None and len(model) > 0
+    if with_model:
+        scaled = model["scaling"] if "scaling" in model else pd.Series("strong", index=model.index)
+        _model_lines(axes[:2], model[scaled == "strong"], ("speedup", "efficiency"))
+        if len(weak):
+            _model_lines(axes[2:3], model[scaled == "weak"], ("weak_efficiency",))
+        ranks |= {4, 8, 16, 32}
+    if original:
+        _original_markers(axes[0])
+        ranks |= set(ORIGINAL_INTEL["Allreduce"])
+    _scaling_axes(fig, axes, sorted(ranks), wide=original or with_model, legend=not df.empty)
+    if len(weak):
+        _weak_panel(axes[2], weak, variants)
+    held = "per-epoch time (the global batch grows with ranks)"
+    if where:
+        fig.text(0.01, 0.005, f"ran on: {where}", fontsize=7, color="#555555", ha="left", va="bottom")
+    # _scaling_axes placed the legends
+    return finish(fig, axes, f"{title}: scaling of the {held}", path, legend=False, bottom=0.05 if where else 0)
+
+
+def time_split(runs: pd.DataFrame, title: str, path) -> dict:
+    """Median epoch time split into compute, moving bytes and waiting for the slowest rank, per
+    design and rank count (tables without the split draw communication as one part)."""
+    runs = runs.copy()
+    split = "median_wait_s" in runs and runs["median_wait_s"].notna().any()
+    if split:
+        runs["median_transfer_s"] = runs["median_transfer_s"].fillna(runs["median_comm_s"])
+        runs["median_wait_s"] = runs["median_wait_s"].fillna(0.0)
+    parts = ["median_compute_s", *(("median_transfer_s", "median_wait_s") if split else ("median_comm_s",))]
+    g = labelled(runs).groupby(["variant", "algorithm", "ranks"], sort=False)[parts]
+    df = g.mean().reset_index()
+    order = ["variant", "algorithm", "ranks"]
+    df = df.sort_values(order, key=lambda c: c.map(DESIGN_ORDER) if c.name == "algorithm" else c)
+    # one parameter per line, so a bar's label never runs into its neighbour's
+    labels = [
+        "\n".join([DESIGNS[a].short, ranks_text(r), *filter(None, v.split(", "))])
+        for v, a, r in zip(df["variant"], df["algorithm"], df["ranks"])
+    ]
+    fig, ax = subplots(figsize=(max(6, 1.3 * len(df)), 4.5))
+    x = np.arange(len(df))
+    colors = [DESIGNS[a].color for a in df["algorithm"]]
+    styles = {
+        "median_compute_s": ("compute", {}),
+        "median_comm_s": ("communication (hatched)", {"alpha": 0.4, "hatch": "//"}),
+        "median_transfer_s": ("communication: moving bytes (hatched)", {"alpha": 0.4, "hatch": "//"}),
+        "median_wait_s": ("communication: waiting for the slowest rank (dotted)", {"alpha": 0.2, "hatch": ".."}),
+    }
+    bottom, handles = np.zeros(len(df)), []
+    for part in parts:
+        label, style = styles[part]
+        bars = ax.bar(x, df[part] * 1e3, bottom=bottom, color=colors, label=label, **style)
+        handles.append(bars.patches[0])
+        bottom = bottom + df[part].to_numpy() * 1e3  # a new array: bar() keeps the one it was given
+    ax.set_xticks(x, labels, fontsize=7)
+    ax.set_ylabel("time per epoch and rank (ms)")
+    ax.set_ylim(0, max(bottom.max(), 1e-9) * 1.12)  # room above the tallest bar for the legend
+    ax.legend(handles=handles, labels=[styles[p][0] for p in parts], fontsize=8)
+    return finish(fig, [ax], f"{title}: where an epoch's time goes", path)
+
+
+def _bars(df: pd.DataFrame, measure: str) -> pd.DataFrame:
+    """<measure>_lo/_hi: the 95 % bootstrap interval over launches and epochs where the table has
+    it, else (tables from before intervals) the ratio at the epoch-time quartiles."""
+    if f"{measure}_ci_low" in df:
+        return df.assign(**{f"{measure}_lo": df[f"{measure}_ci_low"], f"{measure}_hi": df[f"{measure}_ci_high"]})
+    half = df["iqr_epoch_s"].fillna(0) / 2
+    return df.assign(
+        **{
+            f"{measure}_lo": df["serial_epoch_s"] / (df["median_epoch_s"] + half),
+            f"{measure}_hi": df["serial_epoch_s"] / (df["median_epoch_s"] - half).clip(lower=1e-12),
+        }
+    )
+
+
+def _weak_panel(ax, weak: pd.DataFrame, variants: list[str]) -> None:
+    """Weak-scaling efficiency: the 1-rank epoch time with K samples over the P-rank one with P·K."""
+    weak = _bars(weak, "weak_efficiency")
+    points = weak.groupby(["design", "algorithm", "variant", "ranks"], sort=True).agg(
+        mid=("weak_efficiency", "median"), lo=("weak_efficiency_lo", "min"), hi=("weak_efficiency_hi", "max")
+    )
+    _lines_with_bars(ax, points.reset_index(), variants)
+    per_rank = ", ".join(str(k) for k in sorted(weak["samples_per_rank"].unique()))
+    ax.set_title(f"weak scaling: {per_rank} samples per training rank fixed", fontsize=9)
+    ax.set_ylabel("weak-scaling efficiency (t1(K) / tP(P·K))")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)  # below, as the others
+
+
+def _series(design: str, variant: str, variants: list[str]) -> tuple[str, str]:
+    """A design's legend label and line style; variants of one design differ by style."""
+    label = design if not variant else f"{design} ({variant})"
+    return label, ("-", "--", ":", "-.")[variants.index(variant) % 4]
+
+
+def _lines_with_bars(ax, points: pd.DataFrame, variants: list[str]) -> None:
+    """One line per design and variant over the rank counts: mid with bars from lo to hi."""
+    for (design, algorithm, variant), line in points.groupby(["design", "algorithm", "variant"]):
+        label, style = _series(design, variant, variants)
+        ax.errorbar(
+            line["ranks"],
+            line["mid"],
+            yerr=[line["mid"] - line["lo"], line["hi"] - line["mid"]],
+            color=DESIGNS[algorithm].color,
+            ls=style,
+            marker="o",
+            capsize=3,
+            label=label,
+        )
+
+
+def _accuracy_panel(ax, table: pd.DataFrame, variants: list[str]) -> None:
+    """What the speed cost: final test accuracy of every design, serial included, at each rank count."""
+    acc = table.groupby(["design", "algorithm", "variant", "ranks"])["final_test_accuracy"]
+    _lines_with_bars(ax, acc.agg(mid="median", lo="min", hi="max").reset_index(), variants)
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("final test accuracy (median, min to max over seeds)")
+
+
+def _speedup_panels(axes, df: pd.DataFrame, variants: list[str]) -> None:
+    """Measured speedup and efficiency: median point, bars at the 95 % interval, markers
+    for runs not timed alone (hollow) and for more ranks than cores (x)."""
+    df = _bars(df, "speedup")
+    df = df.assign(efficiency_lo=df["speedup_lo"] / df["ranks"], efficiency_hi=df["speedup_hi"] / df["ranks"])
+    for ax, y in zip(axes, ("speedup", "efficiency")):
+        points = df.groupby(["design", "algorithm", "variant", "ranks"], sort=True).agg(
+            mid=(y, "median"),
+            lo=(f"{y}_lo", "min"),
+            hi=(f"{y}_hi", "max"),
+            isolated=("speedup_isolated", "all"),
+            over=("oversubscribed", "any"),
+        )
+        for (design, algorithm, variant), line in points.reset_index().groupby(["design", "algorithm", "variant"]):
+            color = DESIGNS[algorithm].color
+            label, style = _series(design, variant, variants)
+            ax.errorbar(
+                line["ranks"],
+                line["mid"],
+                yerr=[line["mid"] - line["lo"], line["hi"] - line["mid"]],
+                color=color,
+                ls=style,
+                marker="none",
+                capsize=3,
+                label=label,
+            )
+            for alone, face in ((True, color), (False, "white")):
+                part = line[line["isolated"] == alone]
+                ax.plot(part["ranks"], part["mid"], "o", color=color, markerfacecolor=face, ls="none")
+            over = line[line["over"]]
+            ax.plot(over["ranks"], over["mid"], "x", color="black", markersize=9, ls="none")
+    if not df["speedup_isolated"].all():
+        axes[0].plot([], [], "o", color="grey", markerfacecolor="white", ls="none", label="not timed alone")
+    if df["oversubscribed"].any():
+        axes[0].plot([], [], "x", color="black", ls="none", label="more ranks than cores")
+
+
+def _model_lines(axes, model: pd.DataFrame, measures: tuple[str, ...]) -> None:
+    """The cost model with this machine's alpha and beta, to 32 ranks: lines under the measured points."""
+    mine = model[model["link"] == "measured here"]
+    keys = [*COMPUTE_KEYS, "sync_every", "train_samples", "samples_per_rank"]
+    configs = mine.groupby(
+        [k for k in keys if k in mine and (k != "train_samples" or measures[0] != "weak_efficiency")]
+    )
+    for i, (_, config) in enumerate(configs):
+        for algorithm, line in config.groupby("algorithm"):
+            for ax, y in zip(axes, measures):
+                ax.plot(
+                    line["ranks"],
+                    line[y],
+                    ls="-.",
+                    lw=1,
+                    color=DESIGNS[algorithm].color,
+                    alpha=0.6,
+                    label=f"model: {DESIGNS[algorithm].name} (alpha, beta measured here)" if i == 0 else None,
+                )
+
+
+def _original_markers(ax) -> None:
+    """The original's Intel timings as speedups relative to its own first point."""
+    for (design, times), marker in zip(ORIGINAL_INTEL.items(), ("^", "v")):
+        first = min(times)
+        ax.plot(
+            list(times),
+            [times[first] / t for t in times.values()],
+            marker,
+            color="grey",
+            ls=":",
+            label=f"original Go {design}: speedup vs its own {first} processes (its hardware, summed updates)",
+        )
+
+
+def _scaling_axes(fig, axes, ranks: list[int], wide: bool, legend: bool) -> None:
+    """Ideal lines, labels, rank ticks and legends; wide (up to 32 ranks): log axes, legends below."""
+    if wide:
+        for ax in axes:  # 1 to 32 processes: log axes keep the small rank counts readable
+            ax.set_xscale("log", base=2)
+        axes[0].set_yscale("log", base=2)
+        axes[0].yaxis.set_major_formatter(ScalarFormatter())
+    axes[0].plot(ranks, ranks, ls="--", color="grey", label="ideal")
+    for ax in axes[1:-1]:  # efficiencies, strong and weak
+        ax.axhline(1.0, ls="--", color="grey", label="ideal")
+    axes[0].set_ylabel("speedup over serial (median epoch time)")
+    axes[1].set_ylabel("parallel efficiency (speedup / processes)")
+    # on log axes, ticks closer than 15 % would collide
+    ticks = [r for i, r in enumerate(ranks) if not wide or i == 0 or math.log2(r / ranks[i - 1]) > 0.2]
+    if wide and legend:
+        fig.set_figheight(7)
+    for ax in axes:
+        ax.set_xlabel("MPI processes (ranks)")
+        ax.set_xticks(ticks, [str(r) for r in ticks])
+        ax.minorticks_off()
+        if legend and wide:  # many entries: below the panel, so no line hides behind them
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)
+        elif legend:
+            ax.legend(fontsize=8, loc="best")
