@@ -1,6 +1,6 @@
 """mpinet: a small fully connected network trained data-parallel over MPI."""
 
-__version__ = "0.7.1"
+__version__ = "0.7.2"
 
 
 class MpinetError(Exception):
