@@ -180,10 +180,13 @@ def test_pixels_stored_as_uint8_read_as_the_float32_values_image_preparation_wro
         (None, ("--train-samples", 30, "--shuffle", "batches")),
         (2, ("--algorithm", "sharded")),
         (2, ("--algorithm", "allgather", "--dtype", "float64", "--shuffle", "batches")),
+        (2, ("--algorithm", "node", "--shuffle", "batches")),  # its columns of the global batch, a view
+        (3, ("--algorithm", "node", "--dtype", "float64", "--train-samples", 30)),  # gathered columns
     ],
 )
 def test_training_on_uint8_pixels_gives_the_weights_of_their_float32_values_bit_for_bit(tmp_path, ranks, extra):
-    """Every way the trainer reads rows (gathered, as a batch view, a subset, the sharded global batch),
+    """Every way the trainer reads rows (gathered, as a batch view, a subset, the sharded global batch,
+    the node design's columns of it),
     in both dtypes: the stored form changes no number."""
     from conftest import run_train, weights
 

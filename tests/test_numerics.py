@@ -19,6 +19,9 @@ EXPERIMENTS = {
     "allreduce_2": (2, ("--algorithm", "allreduce", "--batch-size", 3)),
     "allreduce_2_local_sgd": (2, ("--algorithm", "allreduce", "--sync-every", 2)),
     "paramserver_3": (3, ("--algorithm", "paramserver", "--learning-rate", 0.5)),
+    "allgather_2": (2, ("--algorithm", "allgather")),
+    "sharded_3": (3, ("--algorithm", "sharded", "--shuffle", "batches")),
+    "node_3": (3, ("--algorithm", "node", "--batch-size", 3)),
 }
 
 
@@ -38,6 +41,8 @@ def test_recorded_weights_change_only_with_the_numerics_fingerprint(iris_dataset
     if os.environ.get("MPINET_RECORD_NUMERICS"):
         REFERENCE.write_text(json.dumps(now, indent=1) + "\n")
     recorded = json.loads(REFERENCE.read_text())
+    missing = sorted(set(EXPERIMENTS) - set(recorded["weights"]))
+    assert not missing, f"{missing} have no recorded weights: record with MPINET_RECORD_NUMERICS=1 pytest {__file__}"
     same = {k: np.allclose(now["weights"][k], recorded["weights"][k], rtol=1e-9, atol=1e-12) for k in EXPERIMENTS}
     changed = [k for k, ok in same.items() if not ok]
     assert not changed or now["fingerprint"] != recorded["fingerprint"], (

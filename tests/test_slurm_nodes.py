@@ -49,6 +49,8 @@ SPREAD = [
     {**F64, "algorithm": "paramserver", "ranks": 3, "nodes": 3},
     # hybrid: 2 BLAS threads per rank, one rank per node
     {**F64, "algorithm": "allreduce", "ranks": 2, "nodes": 2, "blas_threads": 2, "seed": 5},
+    # one copy of the weights per node, the leaders exchanging across nodes: 2 ranks on each of 2
+    {**F64, "algorithm": "node", "ranks": 4, "nodes": 2},
 ]
 # paced by STEP_DELAY (conftest.paced): about 20 s, a checkpoint (every 10 s) before the kill
 LONG = {**F64, "algorithm": "allreduce", "ranks": 2, "nodes": 2, "epochs": 140, "seed": 3}
@@ -126,6 +128,16 @@ def test_ranks_run_on_as_many_hosts_as_nodes_asked_and_give_the_local_weights(sp
     np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-10)
     runs = pd.read_csv(wd / "results/test/metrics/runs.csv")
     assert runs[(runs["algorithm"] == algorithm) & (runs["blas_threads"] == 1)]["nodes"].tolist() == [ranks]
+
+
+def test_the_node_design_shares_a_node_s_weights_and_exchanges_across_nodes_as_on_one(spread_run):
+    """Two ranks on each of two nodes: each node's ranks step one shared copy, the leaders gather the
+    errors and sum the small layers across the nodes; the weights are those of the 4 ranks on one node."""
+    wd, local, _ = spread_run
+    run = run_of(wd, "node")
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["hosts"] == ["node1", "node2"] and meta["nodes"] == 2 and meta["ranks"] == 4
+    np.testing.assert_allclose(params(run), params(local / run.relative_to(wd)), rtol=0, atol=1e-10)
 
 
 def test_a_two_thread_rank_gets_two_cpus_on_its_node(spread_run):

@@ -69,6 +69,7 @@ def test_outputs_are_tidy_and_complete(small_dataset, tmp_path):
         (("--sync-every", "2"), True),
         (("--algorithm", "allgather"), True),
         (("--algorithm", "sharded"), True),
+        (("--algorithm", "node"), True),
     ],
 )
 def test_run_json_says_whether_the_update_was_fused(small_dataset, tmp_path, extra, fused):
@@ -127,6 +128,81 @@ def test_sharded_first_layer_matches_serial_with_p_times_the_batch(tmp_path, ran
     steps, units = -(-61 // (4 * ranks)), -(-30 // ranks) + 1  # a rank's units, at most
     small = units * ranks + units * ranks * 20 + 20 + 20 * 3 + 3
     assert sent <= steps * 8 * units * 4 * ranks + 8 * (units * 200 + small) < steps * 8 * 200 * 30 / 5
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    "ranks,shuffle,extra",
+    [
+        (1, "batches", ()),
+        (2, "batches", ()),
+        (3, "samples", ()),  # 3 slices of the flat buffer, unequal: one more value in the first ones
+        (2, "samples", ("--faithful", "true", "--learning-rate", 0.001)),
+        (3, "batches", ("--train-samples", 45)),  # a subset: its global batches are gathered from the file
+    ],
+)
+def test_node_shared_weights_match_serial_with_p_times_the_batch(tmp_path, ranks, shuffle, extra):
+    """One copy of the weights per node: each rank steps its columns of the first layer from every
+    rank's output errors and its columns of the global batch's rows, and its slice of the rest from the
+    ranks' gradient segments; serial's weights on P x the batch, a partial last batch included. A rank
+    hands the node its rows' errors and the small layers' gradient, never the first layer's."""
+    sent = _same_as_serial(tmp_path, "node", ranks, ("--shuffle", shuffle, *extra))
+    n, rest = 45 if "--train-samples" in extra else 61, 30 + 30 * 20 + 20 + 20 * 3 + 3
+    first_slots = [min(4 * ranks, n - start) for start in range(0, n, 4 * ranks)]  # rank 0's rows: the most
+    rows = sum(-(-g // ranks) for g in first_slots)
+    assert sent == (0 if ranks == 1 else len(first_slots) * 8 * rest + rows * 8 * 30)
+
+
+# The trainer with MPI_Comm_split_type answered by a split of its own: "nodes" of one machine, so
+# the node design's hierarchical path (leaders gather the errors and sum the small layers) runs here
+FAKE_NODES = """
+import sys
+from mpi4py import MPI
+import mpinet.train as cli
+from mpinet.engine.comm import Comm
+
+class World:
+    def __init__(self, comm):
+        self._comm = comm
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+    def Split_type(self, kind, key=0):  # node {node_of}
+        return self._comm.Split({node_of}, key)
+
+cli.world = lambda: Comm(World(MPI.COMM_WORLD))
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    "ranks,node_of",
+    [(4, "self._comm.Get_rank() // 2"), (5, "self._comm.Get_rank() % 2")],  # blocks; interleaved, 3 and 2
+)
+def test_node_design_across_nodes_matches_serial(tmp_path, ranks, node_of):
+    """Ranks on several nodes: each node's ranks step their shared copy from every node's rows (the
+    leaders gather the errors and sum the small layers), which is serial's step on the global batch."""
+    data = write_dataset(tmp_path / "d", n_train=61, n_test=10, dim=200)
+    run_train(None, *_args(data, tmp_path / "s", "--batch-size", 4 * ranks))
+    script = tmp_path / "fake_nodes.py"
+    script.write_text(FAKE_NODES.format(node_of=node_of))
+    args = _args(data, tmp_path / "o", "--batch-size", 4, "--algorithm", "node")
+    cmd = [*mpiexec_argv(ranks), sys.executable, str(script), *map(str, args)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env())
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert np.abs(weights(tmp_path / "s") - weights(tmp_path / "o")).max() < 1e-10
+
+
+@pytest.mark.mpi
+def test_node_shared_weights_are_the_same_bits_run_to_run(tmp_path):
+    """The node's sum runs in a fixed order (node rank order) in numpy, not in the MPI library: two
+    runs give the same bytes, in float32 too."""
+    data = write_dataset(tmp_path / "d", n_train=61, n_test=10, dim=200)
+    for name in ("a", "b"):
+        args = ("--data", data, "--out", tmp_path / name, "--epochs", 3, "--batch-size", 2, "--algorithm", "node")
+        run_train(3, *args)
+    a, b = weights(tmp_path / "a"), weights(tmp_path / "b")
+    assert a.dtype == np.float32 and a.tobytes() == b.tobytes()
 
 
 def _same_as_serial(tmp_path, design: str, ranks: int, extra: tuple) -> int:

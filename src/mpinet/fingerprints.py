@@ -84,6 +84,9 @@ NUMERICS = CodeFingerprint(
         "aeba982056b82a39": "d8023681db0bdf4e",  # 0.7.1: the labels too
         "bc03f289428eef66": "d8023681db0bdf4e",  # 0.7.1: each exchange builds itself; one bcast
         "c3819be58b9e3521": "d8023681db0bdf4e",  # 0.7.2: the server's inbox sized by Net.n_params
+        # 0.8.0: the node design (one shared copy of the weights per node) beside the others, which
+        # keep their weights; allgather, sharded and node joined the guard runs
+        "9f0802eae408afaf": "d8023681db0bdf4e",
     },
 )
 # what lands in resources/raw/<dataset>: the download, the checksum check and the unpacking

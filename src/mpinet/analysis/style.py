@@ -22,6 +22,7 @@ class Design:
 DESIGNS = {
     "serial": Design("#4d4d4d", "serial", "serial", "serial"),
     "allreduce": Design("#1f77b4", "Allreduce", "Allreduce", "Allreduce"),
+    "node": Design("#17becf", "one copy per node (shared memory)", "node shm", "node shared"),
     "allgather": Design("#2ca02c", "Allgather (factors)", "Allgather", "Allgather"),
     "sharded": Design("#9467bd", "sharded first layer", "sharded", "sharded first layer"),
     "paramserver": Design("#d62728", "parameter server (Send/Recv)", "Send/Recv PS", "parameter server"),

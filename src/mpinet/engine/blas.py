@@ -48,14 +48,15 @@ def _row_major(a: np.ndarray) -> bool:
 
 
 def subtract_product(w: np.ndarray, d: np.ndarray, x: np.ndarray) -> bool:
-    """w -= d.T @ x in place (w: [m, k], d: [n, m], x: [n, k], one dtype). False when this BLAS
-    or these arrays' layout cannot do it; then nothing was written."""
+    """w -= d.T @ x in place (w: [m, k], d: [n, m], x: [n, k], one dtype; each row-major, with any row
+    stride: w may be some columns of the weights). False when this BLAS or these arrays' layout cannot
+    do it; then nothing was written."""
     f = _gemm(w.dtype)
-    if f is None or not (d.dtype == x.dtype == w.dtype and w.flags.c_contiguous and _row_major(d) and _row_major(x)):
+    if f is None or not (d.dtype == x.dtype == w.dtype and _row_major(w) and _row_major(d) and _row_major(x)):
         return False
     (m, k), n = w.shape, len(d)
-    ld = [a.strides[0] // a.itemsize for a in (d, x)]
-    f(ROW_MAJOR, TRANS, NO_TRANS, m, k, n, -1.0, d.ctypes.data, ld[0], x.ctypes.data, ld[1], 1.0, w.ctypes.data, k)
+    ld = [a.strides[0] // a.itemsize for a in (d, x, w)]
+    f(ROW_MAJOR, TRANS, NO_TRANS, m, k, n, -1.0, d.ctypes.data, ld[0], x.ctypes.data, ld[1], 1.0, w.ctypes.data, ld[2])
     return True
 
 

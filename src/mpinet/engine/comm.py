@@ -1,4 +1,4 @@
-"""Communication for the three designs: the one module that moves training data between ranks.
+"""Communication for the designs: with mpinet.engine.nodeshared, the modules that move training data between ranks.
 
 (Beside it, mpinet.commbench is the MPI microbenchmark behind the cost model; elsewhere mpi4py is
 imported for provenance only: the library version in run.json, and the launcher's probe in a
@@ -9,7 +9,7 @@ subprocess.)
 spends in them, so the training loop reports compute and communication separately.
 
 The exchanges (`GradientAllreduce`, `FactorAllgather`, `LocalSGD`, `ParameterServer`) are what a training step
-ends with, chosen once before the loop (`exchange_for`), the way Horovod hides its
+ends with, chosen once before the loop (mpinet.engine.designs), the way Horovod hides its
 communication behind `optimizer.step()`: the loop computes an lr-scaled gradient and calls
 `exchange.step`, whatever the design. Where no rank needs another's gradient (serial, local
 SGD's own steps) `updates_in_backward` says so and backward steps the weights itself.
@@ -25,6 +25,7 @@ nonblocking Iallreduce as soon as backprop finishes it, and wait before the upda
 
 import os
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -203,6 +204,17 @@ def _drop_stale_pmi() -> None:
             del os.environ[key]
 
 
+@dataclass
+class Factors:
+    """What a step's first-layer update is made of (FactorAllgather, mpinet.engine.nodeshared)."""
+
+    x: np.ndarray  # this rank's input rows, [rows, inputs]
+    d: np.ndarray  # their scaled output errors of the first layer, [rows, units]
+    counts: list[int]  # every training rank's row count in the global batch, in rank order
+    x_all: np.ndarray  # the training file's features (a memory map's plain view)
+    rows: np.ndarray  # the global batch's rows in that file, in rank order
+
+
 class Exchange:
     """What the loop asks of every design's exchange; the defaults are the plain data-parallel ones."""
 
@@ -219,11 +231,23 @@ class Exchange:
         """This design's exchange for this rank (sizes: the net's layer sizes; batch: a rank's rows)."""
         return cls(comm)
 
+    def hold(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The weights this rank trains (starting as `params`) and its gradient buffer: private
+        arrays, or memory the design shares (mpinet.engine.nodeshared)."""
+        return params, np.zeros_like(params)
+
+    def share(self, params: np.ndarray) -> None:
+        """Rank 0's weights on every rank, before the first step."""
+        self.comm.bcast(params)
+
     def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None, factors=None) -> None:
         """End a training step: combine the ranks' updates and step the weights."""
 
     def finish(self, params: np.ndarray) -> None:
         """End an epoch: after it every rank holds all the weights (for evaluation and the outputs)."""
+
+    def close(self) -> None:
+        """Release what the exchange holds beyond Python's reach (every rank, once, after training)."""
 
 
 class GradientAllreduce(Exchange):
@@ -268,8 +292,8 @@ class FactorAllgather(Exchange):
         self.d = np.empty((rows, units), dtype=dtype)
 
     def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None, factors=None) -> None:
-        """factors: this rank's (x, d) of the step and every rank's row count, in rank order."""
-        x, d, counts = factors
+        """factors: the step's Factors."""
+        x, d, counts = factors.x, factors.d, factors.counts
         xs = self.comm.gather_rows(x, self.x, counts)
         ds = self.comm.gather_rows(d, self.d, counts)
         rest = slice(self.first, None)
@@ -366,19 +390,3 @@ class ShardedFirstLayer(Exchange):
         self.comm.gather_rows(np.array(w[self.mine]), w, self.shares)
         # every rank stepped the rest itself: rank 0's, as in FactorAllgather.finish
         self.comm.bcast(params[w.size :], timed=True)
-
-
-def exchange_class(algorithm: str, sync_every: int = 1) -> type[Exchange]:
-    """The exchange a training step of this design ends with."""
-    if algorithm == "paramserver":
-        return ParameterServer
-    if algorithm == "allgather":
-        return FactorAllgather
-    if algorithm == "sharded":
-        return ShardedFirstLayer
-    return LocalSGD if sync_every > 1 else GradientAllreduce
-
-
-def exchange_for(algorithm: str, sync_every: int, comm: Comm, sizes: tuple[int, ...], batch: int, dtype) -> Exchange:
-    """The exchange of this design for this rank (sizes: the net's layer sizes)."""
-    return exchange_class(algorithm, sync_every).create(comm, sizes, batch, dtype, sync_every)

@@ -1,4 +1,4 @@
-"""The epoch loop shared by the serial, Allreduce and parameter-server designs.
+"""The epoch loop shared by every design (mpinet.engine.designs).
 
 It writes no file: the command line (mpinet.train) hands it a checkpoint store and writes the
 run's outputs, so this module and what it imports are exactly what decides a run's numbers (the
@@ -26,7 +26,8 @@ import numpy as np
 
 from mpinet import MpinetError
 from mpinet.datasets import dataset, pixels
-from mpinet.engine.comm import Comm, even_split, exchange_for
+from mpinet.engine.comm import Comm, Factors, even_split
+from mpinet.engine.designs import exchange_for
 from mpinet.engine.model import (
     Net,
     Workspace,
@@ -94,7 +95,7 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=Non
         start_epoch, result.metrics = store.resume(opts, arrays, comm.size, run.params)
         result.resumed_from_epoch = start_epoch
     start_epoch = int(comm.max(float(start_epoch)))  # rank 0 alone reads the file
-    comm.bcast(run.params)  # identical weights everywhere, whatever a rank's RNG or file did
+    run.exchange.share(run.params)  # identical weights everywhere, whatever a rank's RNG or file did
 
     for epoch in range(start_epoch + 1, opts.epochs + 1):
         if epoch == opts.epochs:  # the timeline's epoch: its ranks start together on one time axis
@@ -124,6 +125,8 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=Non
         _, result.confusion = run.evaluate()
     if run.trace is not None:
         result.timeline = comm.gather_objects(run.trace.as_dict())
+    result.params = np.array(run.params)  # this rank's own copy: a design's shared memory is released
+    run.exchange.close()
     return result
 
 
@@ -177,8 +180,6 @@ class _Run:
         dt = np.dtype(opts.dtype)
         sizes = (arrays.train_x.shape[1], *opts.hidden, len(arrays.classes))
         net = Net(sizes, opts.loss, opts.standardize, dt, opts.faithful)
-        params = init_params(net, opts.seed)
-        grads = np.zeros_like(params)
         n_data = data_ranks(opts.algorithm, comm.size)
         my_slot = comm.rank - (comm.size - n_data)  # the ranks that train are the last n_data
         # the rows trained on: all, or a subset (indices into the memory map; nothing is copied on disk)
@@ -187,6 +188,7 @@ class _Run:
         # buffers for the rows a rank can hold in one step: a batch_size beyond the data allocates no more
         rows = min(opts.batch_size, math.ceil(n / n_data))
         exchange = exchange_for(opts.algorithm, opts.sync_every, comm, sizes, rows, dt)
+        params, grads = exchange.hold(init_params(net, opts.seed))
         # a sharded first layer runs the rest of the net on the whole global batch
         ws = Workspace(net, rows * (comm.size if exchange.shards_first_layer else 1))
         xbuf = np.empty((ws.batch, net.sizes[0]), dtype=dt)
@@ -225,7 +227,7 @@ class _Run:
                     sums += _sharded_gradient(self, x, y, scale, even_split(len(batch), self.n_data))
                 else:
                     sums += _gradient(self, x, y, scale)
-                factors = _factors(self, x, len(batch)) if self.exchange.gathers_first_layer else None
+                factors = _factors(self, x, batch) if self.exchange.gathers_first_layer else None
             # exchange: combine the ranks' updates and step (Allreduce, Allgather, local SGD or the server)
             before, arrived = comm.seconds, time.perf_counter()
             serve = [] if k < traced else None  # what a parameter server did when, in traced steps
@@ -290,10 +292,14 @@ def _gradient(run: _Run, x, y, scale) -> tuple[float, int, int]:
     return loss, correct, len(y)
 
 
-def _factors(run: _Run, x: np.ndarray, global_rows: int) -> tuple:
+def _factors(run: _Run, x: np.ndarray, batch: np.ndarray) -> Factors:
     """This rank's factors of the first layer's gradient (its input rows and their scaled output
-    errors, from backward) and every training rank's row count in the global batch."""
-    return x, run.ws.delta[0][: len(x)], even_split(global_rows, run.n_data)
+    errors, from backward), every training rank's row count and the global batch's rows in the file."""
+    rows = batch if run.subset is None else run.subset[batch]
+    counts = even_split(len(batch), run.n_data)
+    if run.opts.shuffle == "samples" or run.subset is not None:  # each slot's rows as _rows_of read them
+        rows = np.concatenate([np.sort(slot) for slot in np.split(rows, np.cumsum(counts)[:-1])])
+    return Factors(x, run.ws.delta[0][: len(x)], counts, run.arrays.train_x, rows)
 
 
 def _sharded_gradient(run: _Run, x, y, scale, counts: list[int]) -> tuple[float, int, int]:

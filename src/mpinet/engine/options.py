@@ -5,9 +5,10 @@ import math
 from dataclasses import dataclass, field, fields
 
 from mpinet import MpinetError
+from mpinet.engine.designs import EXCHANGES
 from mpinet.engine.model import LOSSES
 
-ALGORITHMS = ("serial", "allreduce", "allgather", "sharded", "paramserver")
+ALGORITHMS = tuple(EXCHANGES)  # the designs, in the order tables and figures show them
 SHUFFLES = ("samples", "batches")
 DTYPES = ("float32", "float64")
 

@@ -13,7 +13,8 @@ import numpy as np
 from mpinet import __version__
 from mpinet.datasets import dataset
 from mpinet.engine import blas
-from mpinet.engine.comm import Comm, exchange_class, mpi_library_version
+from mpinet.engine.comm import Comm, mpi_library_version
+from mpinet.engine.designs import exchange_class
 from mpinet.engine.loop import METRIC_COLUMNS, Result
 from mpinet.engine.machine import this_machine
 from mpinet.engine.options import Options, data_ranks, train_size

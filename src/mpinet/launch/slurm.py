@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from mpinet import MpinetError
-from mpinet.engine.comm import exchange_class
+from mpinet.engine.designs import exchange_class
 from mpinet.study.experiments import hidden_text
 
 

@@ -1,0 +1,386 @@
+"""Node benchmark: every design at P = 1, 2, 4, ... N ranks of one node, beside a model calibrated on
+that node and PyTorch DDP.
+
+`make benchmark-node`, or on a bare checkout (a node lent for a few minutes: numpy, mpi4py, an MPI
+and pandas, no Snakemake, no venv): `PYTHONPATH=src python3 benchmarks/node.py`.
+
+Workload: Intel-shaped synthetic data (150x150x3 uint8 pixels, as preparation stores unstandardized
+images; 6 classes, random labels), float32, per-rank batch b, one BLAS thread a rank, ranks bound
+to cores where they fit. For each b the training set holds --steps global batches of the largest P,
+so every cell runs at least that many steps an epoch. Each cell is one launch of the real trainer
+(`python -m mpinet.train`): its first epoch is warm-up, the median of the other --epochs is the
+cell's epoch time, with a 95 % bootstrap interval over those epochs (one launch: the interval covers
+that launch's epochs, not the spread between launches). Speedup and efficiency divide this
+engine's serial epoch at the same b by the cell's, both measured in this run.
+
+The model, calibrated first (one short MPI job per P, every rank running the same kernels at once,
+since on a node P ranks share one memory system): the step's gradient kernels (forward + backward
+into a private buffer) and the serial fused step at each b, the update pass, a bare MPI_Allreduce of
+the gradient, the `node` design's shared reduction, and a ping-pong of 8 bytes and of the gradient
+(α and β). Predicted epoch = steps x the design's step from those parts:
+serial: fused step; allreduce: gradient + Allreduce + update; node: gradient + shared reduction;
+paramserver: gradient + 2 (P - 1) gradient-sized messages (the server serves the workers in turn);
+allgather and sharded: mpinet.analysis.costmodel's formulas with this node's compute per sample
+and α, β.
+
+Prints a line per finished cell and rewrites the JSON and Markdown after every cell, so a run cut
+off keeps what finished; --budget stops starting cells once that many seconds have passed.
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+sys.path[:0] = [str(SRC), str(HERE)]  # a bare checkout: the package from src/, bench.py beside this file
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
+os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+import bench  # noqa: E402 (after the path above)
+
+from mpinet.engine.model import Net  # noqa: E402
+from mpinet.launch.launcher import mpiexec_argv  # noqa: E402
+
+CLASSES = 6
+DESIGNS = ("allreduce", "node", "sharded", "allgather", "paramserver")
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a.calibrate_worker:
+        return calibrate_worker(a)
+    cores = os.cpu_count() or 1
+    ranks = a.ranks or [p for p in (2**i for i in range(8)) if 1 < p <= cores]
+    torch_ok = bench._has_torch() and not a.no_torch
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"node-{date.today().isoformat()}"
+    started = time.perf_counter()
+    report = {"machine": _machine(cores), "args": vars(a), "ranks": ranks, "calibration": {}, "cells": []}
+    with tempfile.TemporaryDirectory(prefix="mpinet-node-") as tmp:
+        data = {b: make_pixels(Path(tmp) / f"b{b}", a.steps * b * max(ranks), a.features) for b in a.batches}
+        print(f"data: {', '.join(f'b={b}: {a.steps * b * max(ranks)} samples' for b in a.batches)}", flush=True)
+        for p in [1, *ranks]:
+            report["calibration"][p] = calibrate(data[a.batches[0]], p, a, cores)
+            c = report["calibration"][p]
+            grads = ", ".join(f"b={b} {1e3 * c['grad_s'][str(b)]:.2f}" for b in a.batches)
+            print(
+                f"calibrated P={p}: gradient step ms {grads}; allreduce {1e3 * c['allreduce_s']:.2f} ms, "
+                f"node {1e3 * c['node_s']:.2f} ms",
+                flush=True,
+            )
+        for cell in cells(a.batches, ranks, torch_ok):
+            if time.perf_counter() - started > a.budget:
+                report.setdefault("skipped", []).append(cell)
+                continue
+            design, p, b = cell
+            t = run_cell(data[b], Path(tmp), design, p, b, a, cores)
+            t["model_s"] = predict(design, p, b, len_data(data[b]), report["calibration"], a)
+            report["cells"].append(t)
+            print(
+                f"{design:>11} P={p:<3} b={b:<3} epoch {t['epoch_s']:.3f} s "
+                f"[{t['low']:.3f}, {t['high']:.3f}], model {t['model_s']:.3f} s",
+                flush=True,
+            )
+            write(report, stem, a)
+    write(report, stem, a)
+    print((stem.with_suffix(".md")).read_text())
+    print(f"wrote {stem}.json and .md ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    return 0
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument(
+        "--ranks", type=int, nargs="+", help="rank counts beside serial (default: 2, 4, ... up to the cores)"
+    )
+    p.add_argument("--batches", type=int, nargs="+", default=[32, 4], help="per-rank batch sizes")
+    p.add_argument("--steps", type=int, default=16, help="global steps an epoch at the largest rank count")
+    p.add_argument("--epochs", type=int, default=3, help="timed epochs a cell (one more runs as warm-up)")
+    p.add_argument("--features", type=int, default=67500, help="input size (150x150x3 pixels for Intel)")
+    p.add_argument("--hidden", type=int, nargs="+", default=[30, 20], help="hidden layer sizes")
+    p.add_argument("--budget", type=float, default=460, help="start no cell after this many seconds")
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch DDP peer")
+    p.add_argument("--out", default="benchmarks/results", help="directory for the JSON and Markdown results")
+    p.add_argument("--calibrate-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--data", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def cells(batches, ranks, torch_ok) -> list[tuple]:
+    """Serial first (every speedup divides by it), then the largest rank counts: a run cut off by its
+    budget keeps the cells the goals are about."""
+    order = [("serial", 1, b) for b in batches]
+    for p in sorted(ranks, reverse=True):
+        for b in batches:
+            order += [(d, p, b) for d in DESIGNS] + [("ddp", p, b)] * torch_ok
+    return order
+
+
+def make_pixels(d: Path, n: int, features: int) -> Path:
+    """A dataset directory of random uint8 pixels and labels, as preparation stores images."""
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    x = np.lib.format.open_memmap(d / "train_x.npy", mode="w+", dtype=np.uint8, shape=(n, features))
+    for s in range(0, n, 512):
+        x[s : s + 512] = rng.integers(0, 256, (min(512, n - s), features), dtype=np.uint8)
+    x.flush()
+    np.save(d / "train_y.npy", rng.integers(0, CLASSES, n))
+    np.save(d / "test_x.npy", rng.integers(0, 256, (64, features), dtype=np.uint8))
+    np.save(d / "test_y.npy", rng.integers(0, CLASSES, 64))
+    (d / "classes.json").write_text(json.dumps([f"class{i}" for i in range(CLASSES)]))
+    (d / "summary.json").write_text("{}")
+    return d
+
+
+def len_data(d: Path) -> int:
+    return len(np.load(d / "train_y.npy", mmap_mode="r"))
+
+
+def launcher(p: int, cores: int) -> list[str]:
+    return [*mpiexec_argv(p, bind=p <= cores), sys.executable, "-m", "mpi4py"]
+
+
+def run_cell(data: Path, tmp: Path, design: str, p: int, b: int, a, cores: int) -> dict:
+    """One launch of the trainer (or of DDP): its timed epochs' median and 95 % interval."""
+    if design == "ddp":
+        times = bench.run_ddp(data, b, "float32", tuple(a.hidden), a.epochs, p, 0)["epochs_s"]
+    else:
+        out = tmp / f"run-{design}-{p}-{b}"
+        args = ["--data", data, "--out", out, "--algorithm", design, "--expect-ranks", p, "--batch-size", b]
+        args += ["--hidden", *a.hidden, "--epochs", a.epochs + 1, "--learning-rate", 0.01]
+        args += ["--standardize", "false", "--shuffle", "batches"]
+        cmd = [sys.executable] if design == "serial" else launcher(p, cores)
+        subprocess.run([*cmd, "-m", "mpinet.train", *map(str, args)], check=True, capture_output=True, timeout=600)
+        import pandas as pd
+
+        m = pd.read_csv(out / "metrics.csv").iloc[1:]  # epoch 1 is warm-up (page faults, first touches)
+        times = [float(t) for t in m["time_s"]]
+    s = bench.spread([{"epochs_s": times}])
+    return {
+        "design": design,
+        "ranks": p,
+        "batch": b,
+        "epoch_s": s["median"],
+        "low": s["low"],
+        "high": s["high"],
+        "epochs_s": times,
+    }
+
+
+def calibrate(data: Path, p: int, a, cores: int) -> dict:
+    """The model's parts measured with p ranks running them at once (calibrate_worker)."""
+    cmd = [*launcher(p, cores), str(Path(__file__).resolve()), "--calibrate-worker", "--data", str(data)]
+    cmd += ["--features", str(a.features), "--hidden", *map(str, a.hidden), "--batches", *map(str, a.batches)]
+    r = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def calibrate_worker(a) -> int:
+    """Every rank times the same kernels at once (a barrier before each repetition); rank 0 prints the
+    slowest rank's median of each, as JSON."""
+    from mpi4py import MPI
+
+    from mpinet.datasets.dataset import features
+    from mpinet.engine.comm import Comm
+    from mpinet.engine.model import Workspace, backward, forward, init_params, layer_views
+    from mpinet.engine.nodeshared import NodeShared
+
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    net = Net((a.features, *a.hidden, CLASSES), "l2", False, np.dtype(np.float32))
+    params = init_params(net, 1)
+    grads = np.zeros_like(params)
+    layers, grad_layers = layer_views(net, params), layer_views(net, grads)
+    x_all = np.load(Path(a.data) / "train_x.npy", mmap_mode="r")
+    rng = np.random.default_rng(rank)
+
+    def timed(fn, reps=12) -> float:
+        fn()
+        times = []
+        for _ in range(reps):
+            world.Barrier()
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return max(world.allgather(statistics.median(times)))  # the slowest rank sets the step
+
+    out = {"grad_s": {}, "fused_s": {}}
+    for b in a.batches:
+        ws, buf = Workspace(net, b), np.empty((b, a.features), dtype=np.float32)
+        y = rng.integers(0, CLASSES, b)
+        step = iter(range(10**9))
+
+        def rows(b=b, buf=buf, step=step):  # the next batch of this rank's own rows, as training reads them
+            start = (next(step) * size + rank) * b % (len(x_all) - b + 1)
+            return features(np.asarray(x_all[start : start + b]), buf)
+
+        def gradient(ws=ws, y=y, rows=rows):
+            x = rows()
+            forward(net, layers, x, ws)
+            backward(net, layers, grad_layers, x, y, ws, 1e-9)
+
+        def fused(ws=ws, y=y, rows=rows):
+            x = rows()
+            forward(net, layers, x, ws)
+            backward(net, layers, grad_layers, x, y, ws, 1e-20, update=True)
+
+        out["grad_s"][str(b)] = timed(gradient)
+        out["fused_s"][str(b)] = timed(fused)
+    out["update_s"] = timed(lambda: np.subtract(params, grads, out=params))
+    summed = np.zeros_like(params)
+    out["allreduce_s"] = timed(lambda: world.Allreduce(MPI.IN_PLACE, summed, op=MPI.SUM)) if size > 1 else 0.0
+    node = NodeShared(Comm(world), net.n_params, np.float32)
+    weights, segment = node.hold(params)
+    segment.fill(0)
+    out["node_s"] = timed(lambda: node.step(weights, segment, 0, 1)) if size > 1 else 0.0
+    node.close()
+    out["message_s"], out["latency_s"] = _ping_pong(world, grads), _ping_pong(world, np.zeros(2, np.float32))
+    if rank == 0:
+        print(json.dumps(out))
+    return 0
+
+
+def _ping_pong(world, buf) -> float:
+    """Half a round trip of buf between ranks 0 and 1 (0 on one rank)."""
+    rank = world.Get_rank()
+    if world.Get_size() < 2:
+        return 0.0
+    times = []
+    for _ in range(12):
+        world.Barrier()
+        t = time.perf_counter()
+        if rank == 0:
+            world.Send(buf, dest=1)
+            world.Recv(buf, source=1)
+        elif rank == 1:
+            world.Recv(buf, source=0)
+            world.Send(buf, dest=0)
+        times.append((time.perf_counter() - t) / 2)
+    return float(world.bcast(statistics.median(times[2:]) if rank == 0 else None, root=0))
+
+
+def predict(design: str, p: int, b: int, samples: int, calibration: dict, a) -> float:
+    """The model's epoch seconds of a cell, from the calibration at p ranks (the module's docstring)."""
+    if design == "ddp":
+        return float("nan")
+    c = calibration[p]
+    workers = p - 1 if design == "paramserver" else p
+    steps = math.ceil(samples / (b * workers))
+    grad = c["grad_s"][str(b)]
+    if design == "serial":
+        return steps * c["fused_s"][str(b)]
+    if design == "allreduce":
+        return steps * (grad + c["allreduce_s"] + c["update_s"])
+    if design == "node":
+        return steps * (grad + c["node_s"])
+    if design == "paramserver":
+        return steps * (grad + 2 * (p - 1) * c["message_s"])
+    from mpinet.analysis.costmodel import Link, epoch_seconds
+
+    nbytes = Net((a.features, *a.hidden, CLASSES)).n_params * 4
+    beta = max(c["message_s"] - c["latency_s"], 0.0) / nbytes
+    sizes = (a.features, *a.hidden, CLASSES)
+    return epoch_seconds(design, p, samples, b, grad / b, sizes, 4, Link(c["latency_s"], beta))
+
+
+def write(report: dict, stem: Path, a) -> None:
+    """The JSON and the Markdown table of what has finished, written whole each time."""
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    stem.with_suffix(".md").write_text(markdown(report, a))
+
+
+def markdown(report: dict, a) -> str:
+    done = {(c["design"], c["ranks"], c["batch"]): c for c in report["cells"]}
+    lines = [
+        f"## mpinet node benchmark, {date.today().isoformat()}",
+        "",
+        f"Machine: {report['machine']}. Workload: {a.features} uint8 pixels a sample, net "
+        f"{a.features}-{'-'.join(map(str, a.hidden))}-{CLASSES}, float32, 1 BLAS thread a rank, {a.steps} global "
+        f"steps an epoch at the largest rank count, {a.epochs} timed epochs a cell (one launch; interval over its "
+        "epochs). Speedup and efficiency: this engine's serial epoch at the same batch ÷ the cell's.",
+        "",
+        "| design | ranks | batch/rank | epoch s [95 %] | speedup | efficiency | model s | model error | DDP ÷ ours |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (design, p, b), c in done.items():
+        serial = done.get(("serial", 1, b))
+        ddp = done.get(("ddp", p, b))
+        speedup = serial["epoch_s"] / c["epoch_s"] if serial and design != "ddp" else float("nan")
+        error = c["model_s"] / c["epoch_s"] - 1
+        versus = ddp["epoch_s"] / c["epoch_s"] if ddp and design != "ddp" else float("nan")
+        lines.append(
+            f"| {design} | {p} | {b} | {c['epoch_s']:.3f} [{c['low']:.3f}, {c['high']:.3f}] | {_f(speedup, 2)} | "
+            f"{_f(100 * speedup / p, 0)} % | {_f(c['model_s'], 3)} | {_f(100 * error, 0)} % | {_f(versus, 2)} |"
+        )
+    best = _best(done, a.batches)
+    if best:
+        lines += ["", "Best design per rank count (speedup over serial): " + "; ".join(best) + "."]
+    if report.get("skipped"):
+        lines += [
+            "",
+            f"Not run (past --budget {a.budget:.0f} s): "
+            + ", ".join(f"{d} P={p} b={b}" for d, p, b in report["skipped"])
+            + ".",
+        ]
+    lines += ["", "Calibration (ms; the slowest rank's median with all P ranks at once):", ""]
+    lines += [
+        "| P | "
+        + " | ".join(f"gradient step b={b}" for b in a.batches)
+        + " | update | Allreduce | node reduction | ping-pong |"
+    ]
+    lines += ["|---" * (5 + len(a.batches)) + "|"]
+    for p, c in report["calibration"].items():
+        grads = " | ".join(f"{1e3 * c['grad_s'][str(b)]:.2f}" for b in a.batches)
+        lines.append(
+            f"| {p} | {grads} | {1e3 * c['update_s']:.2f} | {1e3 * c['allreduce_s']:.2f} | "
+            f"{1e3 * c['node_s']:.2f} | {1e3 * c['message_s']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _best(done: dict, batches) -> list[str]:
+    out = []
+    for b in batches:
+        serial = done.get(("serial", 1, b))
+        if not serial:
+            continue
+        by_p: dict[int, tuple] = {}
+        for (design, p, bb), c in done.items():
+            if bb == b and design not in ("serial", "ddp"):
+                s = serial["epoch_s"] / c["epoch_s"]
+                if s > by_p.get(p, ("", 0.0))[1]:
+                    by_p[p] = (design, s)
+        out += [f"b={b}, P={p}: {d} {s:.2f}x" for p, (d, s) in sorted(by_p.items())]
+    return out
+
+
+def _machine(cores: int) -> str:
+    from mpinet.engine.mpilib import library
+    from mpinet.engine.runfiles import cpu_model
+
+    return (
+        f"{cpu_model()}, {cores} cores; Python {platform.python_version()}, numpy {np.__version__}; {library().version}"
+    )
+
+
+def _f(v, digits) -> str:
+    return "-" if v != v else f"{v:.{digits}f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

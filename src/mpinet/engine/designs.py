@@ -1,0 +1,34 @@
+"""Which exchange a training step of each design ends with: the one place a design's exchange is chosen."""
+
+from mpinet.engine.comm import (
+    Comm,
+    Exchange,
+    FactorAllgather,
+    GradientAllreduce,
+    LocalSGD,
+    ParameterServer,
+    ShardedFirstLayer,
+)
+from mpinet.engine.nodeshared import NodeShared
+
+# serial is GradientAllreduce on Comm(None); allreduce with sync_every > 1 is LocalSGD
+EXCHANGES = {
+    "serial": GradientAllreduce,
+    "allreduce": GradientAllreduce,
+    "node": NodeShared,
+    "allgather": FactorAllgather,
+    "sharded": ShardedFirstLayer,
+    "paramserver": ParameterServer,
+}
+
+
+def exchange_class(algorithm: str, sync_every: int = 1) -> type[Exchange]:
+    """The exchange a training step of this design ends with."""
+    if algorithm == "allreduce" and sync_every > 1:
+        return LocalSGD
+    return EXCHANGES[algorithm]
+
+
+def exchange_for(algorithm: str, sync_every: int, comm: Comm, sizes: tuple[int, ...], batch: int, dtype) -> Exchange:
+    """The exchange of this design for this rank (sizes: the net's layer sizes)."""
+    return exchange_class(algorithm, sync_every).create(comm, sizes, batch, dtype, sync_every)

@@ -1,0 +1,198 @@
+"""One copy of the weights per node: the `node` design's exchange.
+
+Every data-parallel rank of `allreduce` keeps its own copy of the weights and streams it about
+three times a step (forward, gradient, update), then reduces the whole gradient through MPI's
+buffers; on a 16-core node that is 16 private copies of the 8.1 MB first layer competing for one
+memory system. Here the ranks that share a node (MPI_Comm_split_type SHARED) hold one set of
+weights in an MPI-3 shared window, which the node's caches hold once, and no byte of a step passes
+through MPI's buffers on a node:
+
+- the wide first layer's weight gradient is never written: its update over the global batch is
+  Dᵀ·X (D: the rows' scaled output errors, [rows, units]; X: the rows, [rows, inputs]). Every rank
+  writes its rows' D into the window; after a barrier each rank subtracts Dᵀ·X[:, cols] from its
+  1/L of the weights' columns (L: the node's ranks), reading every row of the global batch but only
+  its columns from the memory-mapped training file (the same bytes as one rank's own rows), the
+  update folded into that GEMM (mpinet.engine.blas). The flops are a rank's own gradient's.
+- the rest of the flat buffer (the first layer's bias, the small layers: under 0.1 % of the Intel
+  net) goes through per-rank segments: every rank writes its gradient there and each rank sums one
+  slice over the node's segments in node rank order and steps that slice.
+- a second barrier, and every rank reads the new weights.
+
+The sums run in a fixed order in this process (the rows in rank order inside one GEMM, the segments
+in node rank order), so the result does not depend on the MPI library's reduction algorithm and is
+bit for bit the same run to run; it is serial SGD on the global batch, to rounding. Across nodes
+(hierarchical) the node leaders (node rank 0) gather the nodes' D and Allreduce their nodes' sums of
+the rest between the barriers, and every node updates its copy from all the rows.
+"""
+
+import time
+
+import numpy as np
+
+from mpinet.datasets.dataset import features
+from mpinet.engine import blas
+from mpinet.engine.comm import Comm, Exchange, Factors, even_split
+
+
+class NodeShared(Exchange):
+    """The global batch's SGD step, with one copy of the weights per node (the module's docstring).
+    With `Comm(None)` or one rank it is serial SGD with the first layer's update from its factors."""
+
+    gathers_first_layer = True
+    # every rank reads its 1/L of the columns of every row of the global batch: all ranks together
+    # read the batch once, as data-parallel ranks their shards (reads_all_rows stays False)
+
+    @classmethod
+    def create(cls, comm, sizes, batch, dtype, sync_every):
+        return cls(comm, sizes, batch, dtype)
+
+    def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
+        self.comm = comm
+        dt = np.dtype(dtype)
+        n_in, units = sizes[0], sizes[1]
+        self.first = n_in * units  # the first layer's weights lead the flat buffer
+        n_params = _n_params(sizes)
+        self.node = self.leaders = self.win = None
+        local, size, nodes, self.order, self.leader_of = 0, 1, 1, [comm.rank], [comm.rank]
+        if comm.mpi is not None:
+            from mpi4py import MPI
+
+            self.node = comm.mpi.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+            local, size = self.node.Get_rank(), self.node.Get_size()
+            leaders = comm.mpi.Split(0 if local == 0 else MPI.UNDEFINED, key=comm.rank)
+            # every rank's node, named by its leader's rank; D's rows: node after node, in rank order
+            self.leader_of = comm.gather_objects(self.node.bcast(comm.rank, root=0))
+            self.order = sorted(range(comm.size), key=lambda r: (self.leader_of[r], r))
+            nodes = len(set(self.leader_of))
+            if nodes > 1 and local == 0:
+                self.leaders = leaders
+            elif leaders != MPI.COMM_NULL:
+                leaders.Free()
+        self.local, self.size, self.nodes = local, size, nodes
+        rows = batch * comm.size
+        # the window: the weights, D of the global batch, the rest's node sum (several nodes only)
+        # and one segment a rank for the rest's gradient; allocated by the node's rank 0, each page
+        # placed where it is first written
+        rest = n_params - self.first
+        layout = [("weights", n_params), ("d", rows * units), ("total", rest * (nodes > 1))]
+        layout += [(f"segment{r}", n_params) for r in range(size)]
+        shared = self._allocate(sum(n for _, n in layout), dt)
+        views, offset = {}, 0
+        for name, n in layout:
+            views[name], offset = shared[offset : offset + n], offset + n
+        self.weights, self.total = views["weights"], views["total"]
+        self.d_all = views["d"].reshape(rows, units)
+        self.segments = [views[f"segment{r}"] for r in range(size)]
+        cols, part = even_split(n_in, size), even_split(rest, size)
+        self.cols = slice(sum(cols[:local]), sum(cols[: local + 1]))  # this rank's columns of W
+        self.part = slice(self.first + sum(part[:local]), self.first + sum(part[: local + 1]))  # of the rest
+        self.acc = np.empty(part[local], dtype=dt)
+        self.xc = np.empty((rows, cols[local]), dtype=dt)  # the global batch's rows, this rank's columns
+
+    def hold(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The node's shared weights (set to `params`, which every rank computed alike) and this
+        rank's gradient segment."""
+        if self.local == 0:
+            self.weights[...] = params
+        self._sync()
+        return self.weights, self.segments[self.local]
+
+    def share(self, params: np.ndarray) -> None:
+        """Rank 0's weights on every node (a resumed checkpoint): the leaders pass them on."""
+        self._sync()
+        if self.leaders is not None:
+            self.leaders.Bcast(params, root=0)
+        self._sync()
+
+    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None, factors=None) -> None:
+        """factors: the step's Factors."""
+        f = factors
+        w = params[: self.first].reshape(f.d.shape[1], -1)
+        if self.comm.size == 1:  # alone: the serial step, nothing to exchange
+            if not blas.subtract_product(w, f.d, f.x):
+                w -= f.d.T @ f.x
+            params[self.first :] -= grads[self.first :]
+            return
+        t = time.perf_counter()
+        offsets = dict(zip(self.order, np.cumsum([0] + [f.counts[r] for r in self.order]).tolist()))
+        n = sum(f.counts)
+        mine = offsets[self.comm.rank]
+        self.d_all[mine : mine + len(f.d)] = f.d
+        self._sync()  # every rank's D and rest are in the window
+        self._across_nodes(offsets, f.counts)
+        acc, part = self.acc, self.part
+        acc[...] = self.segments[0][part]
+        for segment in self.segments[1:]:  # in node rank order: the same sum every run
+            acc += segment[part]
+        if self.total.size:
+            acc = self.total[part.start - self.first : part.stop - self.first]
+        params[part] -= acc
+        x = self._columns(f, n)
+        wc, d = w[:, self.cols], self.d_all[:n]
+        if not blas.subtract_product(wc, d, x):
+            wc -= d.T @ x
+        self._sync()  # every rank reads the new weights
+        self.comm.seconds += time.perf_counter() - t
+        self.comm.bytes_sent += f.d.nbytes + grads[self.first :].nbytes
+
+    def close(self) -> None:
+        """Free the window and the communicators (collective: every rank calls it once, after training)."""
+        if self.win is not None:
+            self.win.Unlock_all()
+            self.win.Free()
+            self.node.Free()
+            if self.leaders is not None:
+                self.leaders.Free()
+            self.win = None
+
+    def _allocate(self, count: int, dt: np.dtype) -> np.ndarray:
+        if self.node is None:
+            return np.zeros(count, dtype=dt)
+        from mpi4py import MPI
+
+        self.win = MPI.Win.Allocate_shared(count * dt.itemsize if self.local == 0 else 0, dt.itemsize, comm=self.node)
+        memory, _ = self.win.Shared_query(0)
+        self.win.Lock_all()  # one passive epoch for the whole run; _sync orders the accesses
+        return np.frombuffer(memory, dtype=dt, count=count)
+
+    def _columns(self, f: Factors, n: int) -> np.ndarray:
+        """This rank's columns of the global batch's rows, in D's row order, as training values."""
+        ends = np.cumsum(f.counts).tolist()
+        rows = np.concatenate([f.rows[ends[r] - f.counts[r] : ends[r]] for r in self.order])
+        contiguous = bool(n) and rows[-1] - rows[0] == n - 1 and bool(np.all(np.diff(rows) == 1))
+        stored = f.x_all[rows[0] : rows[0] + n, self.cols] if contiguous else f.x_all[rows, self.cols]
+        if stored.dtype == self.xc.dtype and contiguous:
+            return stored  # a view into the memory map: no copy
+        return features(stored, self.xc[:n])
+
+    def _across_nodes(self, offsets: dict, counts: list[int]) -> None:
+        """Several nodes: the leaders gather every node's block of D and sum the nodes' rests (between
+        two barriers of each node)."""
+        if self.nodes == 1:
+            return
+        from mpi4py import MPI
+
+        if self.leaders is not None:
+            rest = self.total
+            rest[...] = self.segments[0][self.first :]
+            for segment in self.segments[1:]:  # in node rank order
+                rest += segment[self.first :]
+            self.leaders.Allreduce(MPI.IN_PLACE, rest, op=MPI.SUM)
+            units = self.d_all.shape[1]
+            blocks = [[r for r in self.order if self.leader_of[r] == lead] for lead in sorted(set(self.leader_of))]
+            sizes = [sum(counts[r] for r in block) * units for block in blocks]
+            starts = [offsets[block[0]] * units for block in blocks]
+            mpi_type = MPI.FLOAT if self.d_all.dtype == np.float32 else MPI.DOUBLE
+            self.leaders.Allgatherv(MPI.IN_PLACE, [self.d_all, sizes, starts, mpi_type])
+        self._sync()
+
+    def _sync(self) -> None:
+        """A barrier of the node's ranks that also orders their reads and writes of the window."""
+        if self.win is not None:
+            self.win.Sync()
+            self.node.Barrier()
+            self.win.Sync()
+
+
+def _n_params(sizes: tuple[int, ...]) -> int:
+    return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
