@@ -14,11 +14,12 @@ that launch's epochs, not the spread between launches). Speedup and efficiency d
 engine's serial epoch at the same b by the cell's, both measured in this run.
 
 The model, calibrated first (one short MPI job per P, every rank running the same kernels at once,
-since on a node P ranks share one memory system): the step's gradient kernels (forward + backward
-into a private buffer) and the serial fused step at each b, the update pass, a bare MPI_Allreduce of
-the gradient, the `node` design's shared reduction, and a ping-pong of 8 bytes and of the gradient
-(α and β). Predicted epoch = steps x the design's step from those parts:
-serial: fused step; allreduce: gradient + Allreduce + update; node: gradient + shared reduction;
+since on a node P ranks share one memory system): at each b the step's kernels with the first
+layer's gradient written (allreduce's), folded into the update (serial's) and left out (node's), and
+the `node` design's exchange; the update pass, a bare MPI_Allreduce of the gradient, and a ping-pong
+of 8 bytes and of the gradient (α and β). Predicted epoch = steps x the design's step from those:
+serial: its fused step; allreduce: gradient + Allreduce + update; node: the step without the first
+layer's gradient + its exchange (the errors through the window, its columns' update, two barriers);
 paramserver: gradient + 2 (P - 1) gradient-sized messages (the server serves the workers in turn);
 allgather and sharded: mpinet.analysis.costmodel's formulas with this node's compute per sample
 and α, β.
@@ -76,9 +77,10 @@ def main(argv=None) -> int:
             report["calibration"][p] = calibrate(data[a.batches[0]], p, a, cores)
             c = report["calibration"][p]
             grads = ", ".join(f"b={b} {1e3 * c['grad_s'][str(b)]:.2f}" for b in a.batches)
+            nodes = ", ".join(f"b={b} {1e3 * c['node_s'][str(b)]:.2f}" for b in a.batches)
             print(
-                f"calibrated P={p}: gradient step ms {grads}; allreduce {1e3 * c['allreduce_s']:.2f} ms, "
-                f"node {1e3 * c['node_s']:.2f} ms",
+                f"calibrated P={p}: gradient step ms {grads}; allreduce {1e3 * c['allreduce_s']:.2f} ms; "
+                f"node exchange ms {nodes}",
                 flush=True,
             )
         for cell in cells(a.batches, ranks, torch_ok):
@@ -196,7 +198,7 @@ def calibrate_worker(a) -> int:
     from mpi4py import MPI
 
     from mpinet.datasets.dataset import features
-    from mpinet.engine.comm import Comm
+    from mpinet.engine.comm import Comm, Factors
     from mpinet.engine.model import Workspace, backward, forward, init_params, layer_views
     from mpinet.engine.nodeshared import NodeShared
 
@@ -219,7 +221,9 @@ def calibrate_worker(a) -> int:
             times.append(time.perf_counter() - t)
         return max(world.allgather(statistics.median(times)))  # the slowest rank sets the step
 
-    out = {"grad_s": {}, "fused_s": {}}
+    node = NodeShared(Comm(world), net.sizes, max(a.batches), np.float32)
+    weights, segment = node.hold(params)
+    out = {"grad_s": {}, "fused_s": {}, "partial_s": {}, "node_s": {}}
     for b in a.batches:
         ws, buf = Workspace(net, b), np.empty((b, a.features), dtype=np.float32)
         y = rng.integers(0, CLASSES, b)
@@ -229,26 +233,22 @@ def calibrate_worker(a) -> int:
             start = (next(step) * size + rank) * b % (len(x_all) - b + 1)
             return features(np.asarray(x_all[start : start + b]), buf)
 
-        def gradient(ws=ws, y=y, rows=rows):
+        def gradient(ws=ws, y=y, rows=rows, update=False, first=True):
             x = rows()
             forward(net, layers, x, ws)
-            backward(net, layers, grad_layers, x, y, ws, 1e-9)
-
-        def fused(ws=ws, y=y, rows=rows):
-            x = rows()
-            forward(net, layers, x, ws)
-            backward(net, layers, grad_layers, x, y, ws, 1e-20, update=True)
+            backward(net, layers, grad_layers, x, y, ws, 1e-20 if update else 1e-9, update=update, first=first)
 
         out["grad_s"][str(b)] = timed(gradient)
-        out["fused_s"][str(b)] = timed(fused)
+        out["fused_s"][str(b)] = timed(lambda gradient=gradient: gradient(update=True))
+        out["partial_s"][str(b)] = timed(lambda gradient=gradient: gradient(first=False))
+        # the node design's exchange of a step: every rank's errors, then its columns of the global batch
+        d = np.full((b, net.sizes[1]), 1e-20, dtype=np.float32)
+        factors = Factors(rows(), d, [b] * size, x_all, np.arange(size * b) % len(x_all))
+        out["node_s"][str(b)] = timed(lambda f=factors: node.step(weights, segment, 0, 1, factors=f))
+    node.close()
     out["update_s"] = timed(lambda: np.subtract(params, grads, out=params))
     summed = np.zeros_like(params)
     out["allreduce_s"] = timed(lambda: world.Allreduce(MPI.IN_PLACE, summed, op=MPI.SUM)) if size > 1 else 0.0
-    node = NodeShared(Comm(world), net.n_params, np.float32)
-    weights, segment = node.hold(params)
-    segment.fill(0)
-    out["node_s"] = timed(lambda: node.step(weights, segment, 0, 1)) if size > 1 else 0.0
-    node.close()
     out["message_s"], out["latency_s"] = _ping_pong(world, grads), _ping_pong(world, np.zeros(2, np.float32))
     if rank == 0:
         print(json.dumps(out))
@@ -287,7 +287,7 @@ def predict(design: str, p: int, b: int, samples: int, calibration: dict, a) -> 
     if design == "allreduce":
         return steps * (grad + c["allreduce_s"] + c["update_s"])
     if design == "node":
-        return steps * (grad + c["node_s"])
+        return steps * (c["partial_s"][str(b)] + c["node_s"][str(b)])
     if design == "paramserver":
         return steps * (grad + 2 * (p - 1) * c["message_s"])
     from mpinet.analysis.costmodel import Link, epoch_seconds
@@ -338,18 +338,13 @@ def markdown(report: dict, a) -> str:
             + ".",
         ]
     lines += ["", "Calibration (ms; the slowest rank's median with all P ranks at once):", ""]
-    lines += [
-        "| P | "
-        + " | ".join(f"gradient step b={b}" for b in a.batches)
-        + " | update | Allreduce | node reduction | ping-pong |"
-    ]
-    lines += ["|---" * (5 + len(a.batches)) + "|"]
+    parts = [("gradient step", "grad_s"), ("without the first layer's", "partial_s"), ("node exchange", "node_s")]
+    head = [f"{name} b={b}" for name, _ in parts for b in a.batches]
+    lines += ["| P | " + " | ".join(head) + " | update | Allreduce | ping-pong |", "|---" * (4 + len(head)) + "|"]
     for p, c in report["calibration"].items():
-        grads = " | ".join(f"{1e3 * c['grad_s'][str(b)]:.2f}" for b in a.batches)
-        lines.append(
-            f"| {p} | {grads} | {1e3 * c['update_s']:.2f} | {1e3 * c['allreduce_s']:.2f} | "
-            f"{1e3 * c['node_s']:.2f} | {1e3 * c['message_s']:.2f} |"
-        )
+        cells = [f"{1e3 * c[key][str(b)]:.2f}" for _, key in parts for b in a.batches]
+        cells += [f"{1e3 * c[key]:.2f}" for key in ("update_s", "allreduce_s", "message_s")]
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
