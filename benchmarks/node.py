@@ -88,7 +88,14 @@ def main(argv=None) -> int:
                 report.setdefault("skipped", []).append(cell)
                 continue
             design, p, b = cell
-            t = run_cell(data[b], Path(tmp), design, p, b, a, cores)
+            try:
+                t = run_cell(data[b], Path(tmp), design, p, b, a, cores)
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired, RuntimeError) as e:
+                # one failed cell (a launcher refusing 2P ranks, say) costs that cell, not the run
+                error = (getattr(e, "stderr", None) or b"").decode(errors="replace").strip().splitlines()[-1:]
+                print(f"{design:>11} P={p:<3} b={b:<3} failed: {e}; {' '.join(error)}", flush=True)
+                report.setdefault("failed", []).append([*cell, str(e)])
+                continue
             t["model_s"] = predict(design, p, b, len_data(data[b]), report["calibration"], a)
             report["cells"].append(t)
             print(
@@ -330,6 +337,8 @@ def markdown(report: dict, a) -> str:
     best = _best(done, a.batches)
     if best:
         lines += ["", "Best design per rank count (speedup over serial): " + "; ".join(best) + "."]
+    if report.get("failed"):
+        lines += ["", "Failed: " + ", ".join(f"{d} P={p} b={b}" for d, p, b, _ in report["failed"]) + "."]
     if report.get("skipped"):
         lines += [
             "",
