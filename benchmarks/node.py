@@ -52,10 +52,11 @@ os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "1"
 import bench  # noqa: E402 (after the path above)
 
 from mpinet.engine.model import Net  # noqa: E402
+from mpinet.engine.options import ALGORITHMS  # noqa: E402
 from mpinet.launch.launcher import mpiexec_argv  # noqa: E402
 
 CLASSES = 6
-DESIGNS = ("allreduce", "node", "sharded", "allgather", "paramserver")
+DESIGNS = tuple(a for a in ALGORITHMS if a != "serial")
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,6 @@
 """The benchmark script runs and reports every design (a smoke test on a tiny workload, not a timing)."""
 
+import json
 import subprocess
 import sys
 
@@ -96,3 +97,33 @@ def test_the_recording_benchmark_compares_this_engine_with_a_release(tmp_path):
     p = subprocess.run([*cmd, "--launches", "2", "--epochs", "3"], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "this / release" in p.stdout and "serial on 1" in p.stdout and "allreduce on 2" in p.stdout
+
+
+@pytest.mark.mpi
+def test_node_benchmark_runs_from_a_bare_checkout_and_writes_every_design(tmp_path):
+    """benchmarks/node.py on a tiny workload, its package from src/ alone (no install, no Snakemake,
+    seaborn or YAML importable): a row per design and rank count with its model and speedup, the
+    calibration table, and the JSON."""
+    blocked = ("snakemake", "yaml", "jsonschema", "seaborn", "matplotlib", "PIL", "psutil")
+    code = (
+        "import runpy, sys\n"
+        f"for m in {blocked!r}: sys.modules[m] = None\n"
+        f"sys.argv = ['node.py', '--features', '600', '--steps', '2', '--epochs', '1', '--no-torch', '--out', "
+        f"{str(tmp_path)!r}]\n"
+        f"runpy.run_path({str(REPO / 'benchmarks' / 'node.py')!r}, run_name='__main__')\n"
+    )
+    e = {k: v for k, v in env().items() if k != "PYTHONPATH"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    table = next(tmp_path.glob("node-*.md")).read_text()
+    rows = [r.split(" | ") for r in table.splitlines() if r.startswith("| ") and " | 600" not in r]
+    cells = {(r[0][2:], r[1], r[2]) for r in rows if r[1].isdigit() and len(r) == 9}
+    from mpinet.engine.options import ALGORITHMS
+
+    expected = {("serial", "1", b) for b in ("32", "4")}
+    expected |= {(d, "2", b) for d in ALGORITHMS if d != "serial" for b in ("32", "4")}
+    assert cells == expected
+    assert all(float(r[4]) > 0 and r[6] != "-" for r in rows if r[1].isdigit() and len(r) == 9)  # speedup, model
+    assert "Calibration" in table and "Best design per rank count" in table
+    assert json.loads(next(tmp_path.glob("node-*.json")).read_text())["cells"]
+    assert p.stdout.count(" epoch ") >= len(expected)  # a line per finished cell
