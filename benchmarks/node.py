@@ -230,7 +230,7 @@ def calibrate_worker(a) -> int:
         return max(world.allgather(statistics.median(times)))  # the slowest rank sets the step
 
     node = NodeShared(Comm(world), net.sizes, max(a.batches), np.float32)
-    weights, segment = node.hold(params)
+    weights, node_grads = node.hold(params)
     out = {"grad_s": {}, "fused_s": {}, "partial_s": {}, "node_s": {}}
     for b in a.batches:
         ws, buf = Workspace(net, b), np.empty((b, a.features), dtype=np.float32)
@@ -252,7 +252,7 @@ def calibrate_worker(a) -> int:
         # the node design's exchange of a step: every rank's errors, then its columns of the global batch
         d = np.full((b, net.sizes[1]), 1e-20, dtype=np.float32)
         factors = Factors(rows(), d, [b] * size, x_all, np.arange(size * b) % len(x_all))
-        out["node_s"][str(b)] = timed(lambda f=factors: node.step(weights, segment, 0, 1, factors=f))
+        out["node_s"][str(b)] = timed(lambda f=factors: node.step(weights, node_grads, 0, 1, factors=f))
     node.close()
     out["update_s"] = timed(lambda: np.subtract(params, grads, out=params))
     summed = np.zeros_like(params)

@@ -130,6 +130,20 @@ def test_the_small_batch_designs_split_the_first_layer_s_work_as_they_run_it():
     assert epoch_seconds("sharded", 4, 1024, 4, 1e-4, sizes, 4, link) == pytest.approx(steps * sharded_step + once)
 
 
+def test_the_node_design_divides_all_the_work_and_sends_only_two_barriers_and_the_small_layers():
+    """node computes as allreduce (the first layer's update split by columns, the same flops as a
+    rank's own gradient) and exchanges no byte of the first layer: two barriers and the small layers."""
+    sizes, link = (10000, 30, 20, 6), Link(1e-5, 1e-9)
+    serial = epoch_seconds("serial", 1, 1024, 4, 1e-4, sizes, 4, link)
+    assert epoch_seconds("node", 4, 1024, 4, 1e-4, sizes, 4, Link(0.0, 0.0)) == pytest.approx(serial / 4)
+    rest = (n_params(10000, "30-20", 6) - 10000 * 30) * 4
+    step = 2 * 2 * link.alpha + rest * link.beta  # two barriers of log2(4) messages each
+    assert epoch_seconds("node", 4, 1024, 4, 1e-4, sizes, 4, link) == pytest.approx(serial / 4 + 1024 // 16 * step)
+    assert epoch_seconds("node", 16, 1024, 4, 1e-4, sizes, 4, link) < epoch_seconds(
+        "allreduce", 16, 1024, 4, 1e-4, sizes, 4, link
+    )
+
+
 def test_predictions_cover_the_designs_a_study_ran_and_every_rank_count_with_speedups_against_the_model_serial():
     table = predict(_runs(), {"here": Link(1e-5, 1e-9), "free": Link(0, 0)}, range(1, 33))
     assert set(table["algorithm"]) == {"allreduce"} and table["ranks"].max() == 32

@@ -123,3 +123,14 @@ def test_the_module_map_lists_every_module_of_the_package():
     }
     listed = set(re.findall(r"\| `(mpinet[\w.]*)` \|", text))
     assert modules == listed
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+def test_the_front_page_s_design_table_lists_the_engine_s_designs_in_order(page):
+    """The table users read first and mpinet.engine.options.ALGORITHMS are two lists that must agree."""
+    from mpinet.engine.options import ALGORITHMS
+
+    text = (REPO / page).read_text()
+    listed = re.findall(r"^\| `(\w+)` \|", text.split("| design | what happens after every step |")[1], re.M)
+    assert tuple(listed) == ALGORITHMS
+    assert f"in {('one', 'two', 'three', 'four', 'five', 'six', 'seven')[len(ALGORITHMS) - 1]} designs" in text

@@ -1,6 +1,6 @@
 """mpinet: a small fully connected network trained data-parallel over MPI."""
 
-__version__ = "0.7.2"
+__version__ = "0.8.0"
 
 
 class MpinetError(Exception):

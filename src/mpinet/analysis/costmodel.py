@@ -20,8 +20,8 @@ The small-batch designs change the compute too, by the share of a sample's multi
 first layer (forward, weight gradient; input gradients from the second layer on): `allgather`'s
 ranks each apply the first layer's update for the whole global batch, `sharded`'s each run the
 first layer for their 1/P of its units and the rest of the net on the whole global batch. `node`
-computes as `allreduce` and reduces through shared memory (node_reduce_seconds): priced as one
-node's, whatever the link.
+computes as `allreduce` and reduces through shared memory (node_step_seconds): priced as one
+node's, whatever the link; what its ranks share (one memory system) the model does not see.
 
 Beyond one node, `INTERCONNECTS` holds α and β of common networks (typical values, see each
 `source`); predictions with them keep the compute measured here.
@@ -120,11 +120,12 @@ def allgather_seconds(ranks: int, nbytes: float, link: Link) -> float:
 ALLGATHER_LONG = 512 << 10  # MPICH's MPIR_CVAR_ALLGATHER_LONG_MSG_SIZE: the ring from here on
 
 
-def node_reduce_seconds(ranks: int, nbytes: float, link: Link) -> float:
-    """The `node` design's step on one node (mpinet.engine.nodeshared): two barriers (a dissemination
-    barrier each, ⌈log2 P⌉ messages) and each rank's pass over its 1/P slice of all P gradients, nbytes
-    in all, at the link's per-byte cost (on one node a ping-pong's β is a copy through shared memory)."""
-    return 2 * math.ceil(math.log2(ranks)) * link.alpha + nbytes * link.beta
+def node_step_seconds(ranks: int, rest_bytes: float, link: Link) -> float:
+    """The `node` design's exchange of a step on one node (mpinet.engine.nodeshared): two barriers (a
+    dissemination barrier each, ⌈log2 P⌉ messages) and each rank's pass over its slice of every rank's
+    gradient of the small layers (rest_bytes in all); its share of the first layer's update is compute
+    (a rank's own gradient's flops) and no byte of the first layer travels."""
+    return 2 * math.ceil(math.log2(ranks)) * link.alpha + rest_bytes * link.beta
 
 
 def bcast_seconds(ranks: int, nbytes: float, link: Link) -> float:
@@ -176,8 +177,9 @@ def epoch_seconds(
         compute = per_sample_s * rows * (2 * share / ranks + 1 - 2 * share)
         step = compute + allgather_seconds(ranks, rows * sizes[1] * itemsize, link)
         return steps * step + allgather_seconds(ranks, first, link) + bcast_seconds(ranks, nbytes - first, link)
-    if algorithm == "node":  # one node's shared reduction: each rank sums its slice of every gradient
-        return per_sample_s * samples / ranks + steps * node_reduce_seconds(ranks, nbytes, link)
+    if algorithm == "node":  # allreduce's compute; the first layer's update shared, not sent
+        first = sizes[0] * sizes[1] * itemsize
+        return per_sample_s * samples / ranks + steps * node_step_seconds(ranks, nbytes - first, link)
     syncs = steps if sync_every == 1 else math.ceil(steps / sync_every)  # allreduce
     return per_sample_s * samples / ranks + syncs * allreduce_seconds(ranks, nbytes, itemsize, link)
 

@@ -75,7 +75,7 @@ class NodeShared(Exchange):
         # placed where it is first written
         rest = n_params - self.first
         layout = [("weights", n_params), ("d", rows * units), ("total", rest * (nodes > 1))]
-        layout += [(f"segment{r}", n_params) for r in range(size)]
+        layout += [(f"segment{r}", rest) for r in range(size)]
         shared = self._allocate(sum(n for _, n in layout), dt)
         views, offset = {}, 0
         for name, n in layout:
@@ -90,12 +90,12 @@ class NodeShared(Exchange):
         self.xc = np.empty((rows, cols[local]), dtype=dt)  # the global batch's rows, this rank's columns
 
     def hold(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The node's shared weights (set to `params`, which every rank computed alike) and this
-        rank's gradient segment."""
+        """The node's shared weights (set to `params`, which every rank computed alike) and a private
+        gradient buffer (only its small layers' part is ever written, and copied to the segment)."""
         if self.local == 0:
             self.weights[...] = params
         self._sync()
-        return self.weights, self.segments[self.local]
+        return self.weights, np.zeros_like(params)
 
     def share(self, params: np.ndarray) -> None:
         """Rank 0's weights on every node (a resumed checkpoint): the leaders pass them on."""
@@ -118,14 +118,16 @@ class NodeShared(Exchange):
         n = sum(f.counts)
         mine = offsets[self.comm.rank]
         self.d_all[mine : mine + len(f.d)] = f.d
+        self.segments[self.local][...] = grads[self.first :]
         self._sync()  # every rank's D and rest are in the window
         self._across_nodes(offsets, f.counts)
         acc, part = self.acc, self.part
-        acc[...] = self.segments[0][part]
+        rest = slice(part.start - self.first, part.stop - self.first)
+        acc[...] = self.segments[0][rest]
         for segment in self.segments[1:]:  # in node rank order: the same sum every run
-            acc += segment[part]
+            acc += segment[rest]
         if self.total.size:
-            acc = self.total[part.start - self.first : part.stop - self.first]
+            acc = self.total[rest]
         params[part] -= acc
         x = self._columns(f, n)
         wc, d = w[:, self.cols], self.d_all[:n]
@@ -174,9 +176,9 @@ class NodeShared(Exchange):
 
         if self.leaders is not None:
             rest = self.total
-            rest[...] = self.segments[0][self.first :]
+            rest[...] = self.segments[0]
             for segment in self.segments[1:]:  # in node rank order
-                rest += segment[self.first :]
+                rest += segment
             self.leaders.Allreduce(MPI.IN_PLACE, rest, op=MPI.SUM)
             units = self.d_all.shape[1]
             blocks = [[r for r in self.order if self.leader_of[r] == lead] for lead in sorted(set(self.leader_of))]
