@@ -1,8 +1,7 @@
-"""Node benchmark: every design at P = 1, 2, 4, ... N ranks of one node, beside a model calibrated on
-that node and PyTorch DDP.
+"""Every design on 1, 2, 4, ... all the cores of one node, beside its calibrated model and DDP.
 
-`make benchmark-node`, or on a bare checkout (a node lent for a few minutes: numpy, mpi4py, an MPI
-and pandas, no Snakemake, no venv): `PYTHONPATH=src python3 benchmarks/node.py`.
+`make benchmark-node`, or on a bare checkout (a node lent for a few minutes: numpy, mpi4py, an MPI,
+pandas and threadpoolctl; no Snakemake, no venv): `PYTHONPATH=src python3 benchmarks/node.py`.
 
 Workload: Intel-shaped synthetic data (150x150x3 uint8 pixels, as preparation stores unstandardized
 images; 6 classes, random labels), float32, per-rank batch b, one BLAS thread a rank, ranks bound
@@ -84,7 +83,7 @@ def main(argv=None) -> int:
                 f"node exchange ms {nodes}",
                 flush=True,
             )
-        for cell in cells(a.batches, ranks, torch_ok):
+        for cell in cells(a.batches, ranks, a.designs, torch_ok):
             if time.perf_counter() - started > a.budget:
                 report.setdefault("skipped", []).append(cell)
                 continue
@@ -118,6 +117,7 @@ def parse_args(argv):
     p.add_argument(
         "--ranks", type=int, nargs="+", help="rank counts beside serial (default: 2, 4, ... up to the cores)"
     )
+    p.add_argument("--designs", nargs="+", default=list(DESIGNS), choices=DESIGNS, help="designs beside serial")
     p.add_argument("--batches", type=int, nargs="+", default=[32, 4], help="per-rank batch sizes")
     p.add_argument("--steps", type=int, default=16, help="global steps an epoch at the largest rank count")
     p.add_argument("--epochs", type=int, default=3, help="timed epochs a cell (one more runs as warm-up)")
@@ -131,13 +131,13 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def cells(batches, ranks, torch_ok) -> list[tuple]:
+def cells(batches, ranks, designs, torch_ok) -> list[tuple]:
     """Serial first (every speedup divides by it), then the largest rank counts: a run cut off by its
     budget keeps the cells the goals are about."""
     order = [("serial", 1, b) for b in batches]
     for p in sorted(ranks, reverse=True):
         for b in batches:
-            order += [(d, p, b) for d in DESIGNS] + [("ddp", p, b)] * torch_ok
+            order += [(d, p, b) for d in designs] + [("ddp", p, b)] * torch_ok
     return order
 
 

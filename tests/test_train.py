@@ -194,6 +194,18 @@ def test_node_design_across_nodes_matches_serial(tmp_path, ranks, node_of):
 
 
 @pytest.mark.mpi
+def test_node_design_updates_its_columns_in_cache_sized_blocks_as_one_gemm_would(tmp_path):
+    """20000 inputs on 2 ranks: each rank's 10000 columns of the global batch are turned into values
+    and multiplied in blocks of at most half an L2 (8192 columns of 8 float64 rows on a 1 MiB L2),
+    which is serial's update on the global batch to rounding."""
+    data = write_dataset(tmp_path / "d", n_train=30, n_test=10, dim=20000)
+    extra = ("--hidden", 6, 4, "--epochs", 2)
+    run_train(None, *_args(data, tmp_path / "s", "--batch-size", 8, *extra))
+    run_train(2, *_args(data, tmp_path / "o", "--batch-size", 4, "--algorithm", "node", *extra))
+    assert np.abs(weights(tmp_path / "s") - weights(tmp_path / "o")).max() < 1e-10
+
+
+@pytest.mark.mpi
 def test_node_shared_weights_are_the_same_bits_run_to_run(tmp_path):
     """The node's sum runs in a fixed order (node rank order) in numpy, not in the MPI library: two
     runs give the same bytes, in float32 too."""

@@ -32,6 +32,7 @@ import numpy as np
 from mpinet.datasets.dataset import features
 from mpinet.engine import blas
 from mpinet.engine.comm import Comm, Exchange, Factors, even_split
+from mpinet.engine.machine import this_machine
 
 
 class NodeShared(Exchange):
@@ -87,7 +88,9 @@ class NodeShared(Exchange):
         self.cols = slice(sum(cols[:local]), sum(cols[: local + 1]))  # this rank's columns of W
         self.part = slice(self.first + sum(part[:local]), self.first + sum(part[: local + 1]))  # of the rest
         self.acc = np.empty(part[local], dtype=dt)
-        self.xc = np.empty((rows, cols[local]), dtype=dt)  # the global batch's rows, this rank's columns
+        # a block of the global batch's rows' values, some of this rank's columns (_update_columns)
+        self.block_bytes = this_machine().l2_bytes // 2
+        self.xc = np.empty((rows, max(1, min(cols[local], self.block_bytes // (rows * dt.itemsize)))), dtype=dt)
 
     def hold(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The node's shared weights (set to `params`, which every rank computed alike) and a private
@@ -129,10 +132,7 @@ class NodeShared(Exchange):
         if self.total.size:
             acc = self.total[rest]
         params[part] -= acc
-        x = self._columns(f, n)
-        wc, d = w[:, self.cols], self.d_all[:n]
-        if not blas.subtract_product(wc, d, x):
-            wc -= d.T @ x
+        self._update_columns(w, f, n)
         self._sync()  # every rank reads the new weights
         self.comm.seconds += time.perf_counter() - t
         self.comm.bytes_sent += f.d.nbytes + grads[self.first :].nbytes
@@ -157,15 +157,24 @@ class NodeShared(Exchange):
         self.win.Lock_all()  # one passive epoch for the whole run; _sync orders the accesses
         return np.frombuffer(memory, dtype=dt, count=count)
 
-    def _columns(self, f: Factors, n: int) -> np.ndarray:
-        """This rank's columns of the global batch's rows, in D's row order, as training values."""
+    def _update_columns(self, w: np.ndarray, f: Factors, n: int) -> None:
+        """W[:, cols] -= Dᵀ·X[:, cols] over the global batch's n rows, in blocks of columns whose training
+        values fit half a core's L2: each block's pixels are turned into values and multiplied while
+        they are in the cache (the rows' float values are never written to memory)."""
         ends = np.cumsum(f.counts).tolist()
         rows = np.concatenate([f.rows[ends[r] - f.counts[r] : ends[r]] for r in self.order])
         contiguous = bool(n) and rows[-1] - rows[0] == n - 1 and bool(np.all(np.diff(rows) == 1))
-        stored = f.x_all[rows[0] : rows[0] + n, self.cols] if contiguous else f.x_all[rows, self.cols]
-        if stored.dtype == self.xc.dtype and contiguous:
-            return stored  # a view into the memory map: no copy
-        return features(stored, self.xc[:n])
+        d = self.d_all[:n]
+        width = max(1, min(self.xc.shape[1], self.block_bytes // max(1, n * self.xc.itemsize)))
+        for start in range(self.cols.start, self.cols.stop, width):
+            c = slice(start, min(start + width, self.cols.stop))
+            stored = f.x_all[rows[0] : rows[0] + n, c] if contiguous else f.x_all[rows, c]
+            x = stored
+            if stored.dtype != self.xc.dtype or not contiguous:
+                x = features(stored, self.xc[:n, : c.stop - c.start])
+            wc = w[:, c]
+            if not blas.subtract_product(wc, d, x):
+                wc -= d.T @ x
 
     def _across_nodes(self, offsets: dict, counts: list[int]) -> None:
         """Several nodes: the leaders gather every node's block of D and sum the nodes' rests (between
