@@ -50,6 +50,7 @@ os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 import bench  # noqa: E402 (after the path above)
 
+from mpinet.engine.designs import CANDIDATES  # noqa: E402
 from mpinet.engine.model import Net  # noqa: E402
 from mpinet.engine.options import ALGORITHMS  # noqa: E402
 from mpinet.launch.launcher import mpiexec_argv  # noqa: E402
@@ -167,6 +168,7 @@ def launcher(p: int, cores: int) -> list[str]:
 
 def run_cell(data: Path, tmp: Path, design: str, p: int, b: int, a, cores: int) -> dict:
     """One launch of the trainer (or of DDP): its timed epochs' median and 95 % interval."""
+    chosen = None
     if design == "ddp":
         times = bench.run_ddp(data, b, "float32", tuple(a.hidden), a.epochs, p, 0)["epochs_s"]
     else:
@@ -180,9 +182,11 @@ def run_cell(data: Path, tmp: Path, design: str, p: int, b: int, a, cores: int) 
 
         m = pd.read_csv(out / "metrics.csv").iloc[1:]  # epoch 1 is warm-up (page faults, first touches)
         times = [float(t) for t in m["time_s"]]
+        chosen = json.loads((out / "run.json").read_text())["design"]  # auto's choice
     s = bench.spread([{"epochs_s": times}])
     return {
         "design": design,
+        "chose": chosen if design == "auto" else None,
         "ranks": p,
         "batch": b,
         "epoch_s": s["median"],
@@ -286,6 +290,8 @@ def predict(design: str, p: int, b: int, samples: int, calibration: dict, a) -> 
     """The model's epoch seconds of a cell, from the calibration at p ranks (the module's docstring)."""
     if design == "ddp":
         return float("nan")
+    if design == "auto":  # the fastest candidate, as the engine's trial picks it
+        return min(predict(d, p, b, samples, calibration, a) for d in CANDIDATES)
     c = calibration[p]
     workers = p - 1 if design == "paramserver" else p
     steps = math.ceil(samples / (b * workers))
@@ -366,11 +372,18 @@ def _best(done: dict, batches) -> list[str]:
             continue
         by_p: dict[int, tuple] = {}
         for (design, p, bb), c in done.items():
-            if bb == b and design not in ("serial", "ddp"):
+            if bb == b and design not in ("serial", "ddp", "auto"):
                 s = serial["epoch_s"] / c["epoch_s"]
                 if s > by_p.get(p, ("", 0.0))[1]:
                     by_p[p] = (design, s)
-        out += [f"b={b}, P={p}: {d} {s:.2f}x" for p, (d, s) in sorted(by_p.items())]
+        for p, (d, s) in sorted(by_p.items()):
+            auto = done.get(("auto", p, b))
+            picked = (
+                f" (auto chose {auto['chose']}: {s * auto['epoch_s'] / serial['epoch_s']:.2f}x the best's time)"
+                if auto
+                else ""
+            )
+            out.append(f"b={b}, P={p}: {d} {s:.2f}x{picked}")
     return out
 
 

@@ -153,6 +153,35 @@ def test_node_shared_weights_match_serial_with_p_times_the_batch(tmp_path, ranks
     assert sent == (0 if ranks == 1 else len(first_slots) * 8 * rest + rows * 8 * 30)
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [None, 1, 2])
+def test_auto_trains_with_the_design_its_trial_chose_and_gives_its_weights(tmp_path, ranks):
+    """auto times each candidate's first steps on the run's data and ranks, then trains afresh with the
+    fastest: the weights of that design run directly, bit for bit; run.json names it and every
+    candidate's time a step. One rank: serial, with no trial."""
+    data = write_dataset(tmp_path / "d", n_train=61, n_test=10, dim=200)
+    run_train(ranks, *_args(data, tmp_path / "auto", "--algorithm", "auto"))
+    meta = json.loads((tmp_path / "auto" / "run.json").read_text())
+    assert meta["options"]["algorithm"] == "auto"
+    if ranks == 2:
+        assert set(meta["auto_trial_step_s"]) == {"allreduce", "node", "allgather", "sharded"}
+        assert all(t > 0 for t in meta["auto_trial_step_s"].values())
+        assert meta["design"] == min(meta["auto_trial_step_s"], key=meta["auto_trial_step_s"].get)
+    else:
+        assert meta["design"] == "serial" and "auto_trial_step_s" not in meta
+    run_train(ranks if ranks != 1 else None, *_args(data, tmp_path / "chosen", "--algorithm", meta["design"]))
+    assert weights(tmp_path / "auto").tobytes() == weights(tmp_path / "chosen").tobytes()
+
+
+def test_auto_chooses_among_the_designs_the_options_allow():
+    from mpinet.engine.planner import candidates
+
+    assert candidates(Options(), 2, 61, 3) == ["allreduce", "node", "allgather", "sharded"]
+    assert candidates(Options(batch_size=4), 3, 61, 3) == ["allreduce", "node", "allgather", "sharded"]
+    with pytest.raises(MpinetError, match="sync_every"):
+        check_options(Options(algorithm="auto", sync_every=2), 2, 61, 3)
+
+
 # The trainer with MPI_Comm_split_type answered by a split of its own: "nodes" of one machine, so
 # the node design's hierarchical path (leaders gather the errors and sum the small layers) runs here
 FAKE_NODES = """

@@ -8,13 +8,14 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from mpinet import MpinetError
 from mpinet.datasets import dataset
 from mpinet.engine.checkpoint import Store, keep_run_record, kept_timeline, remove_checkpoint, run_record
 from mpinet.engine.comm import Comm, world
+from mpinet.engine.designs import AUTO
 from mpinet.engine.loop import train
 from mpinet.engine.options import Options, option_flag
 from mpinet.engine.runfiles import run_metadata, run_timeline, write_outputs
@@ -83,6 +84,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     opts = options_from_args(args)
     comm = Comm(None) if opts.algorithm == "serial" else world()
+    if opts.algorithm == AUTO and comm.size == 1:
+        comm = Comm(None)  # auto on one rank is serial, which needs no MPI
     log = _logger(comm)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _interrupted(comm, args.checkpoint))
@@ -122,7 +125,12 @@ def _train_and_record(args: argparse.Namespace, opts: Options, comm: Comm, log) 
     ck = Path(args.checkpoint) if args.checkpoint else None
     store = Store(ck, args.checkpoint_seconds, log) if ck is not None else None
     result = train(arrays, opts, comm, store, log)
-    meta = run_metadata(comm, opts, args.data, arrays, args.launcher, result.first_layer)
+    meta = run_metadata(
+        comm, replace(opts, algorithm=result.design), args.data, arrays, args.launcher, result.first_layer
+    )
+    meta["design"] = result.design  # what trained: the options' algorithm, or what auto chose
+    if result.trial_step_s:
+        meta["auto_trial_step_s"] = result.trial_step_s
     meta["train_seconds"] = time.perf_counter() - t0
     # whether anything else could have run beside this job, and how busy the machine was
     meta["timing"] = {

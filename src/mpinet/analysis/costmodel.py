@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from mpinet import MpinetError
+from mpinet.engine.designs import AUTO, possible
 from mpinet.engine.model import Net
 from mpinet.engine.options import ALGORITHMS, COMPUTE_OPTIONS, data_ranks
 from mpinet.study.experiments import hidden_sizes
@@ -158,6 +159,9 @@ def epoch_seconds(
 ) -> float:
     """Predicted seconds of one epoch (compute + communication) of one design; sizes: the net's
     layer sizes."""
+    if algorithm == AUTO:  # the engine times its candidates and trains with the fastest
+        designs = possible(AUTO, ranks)
+        return min(epoch_seconds(d, ranks, samples, batch_size, per_sample_s, sizes, itemsize, link) for d in designs)
     nbytes = Net(sizes).n_params * itemsize
     if ranks == 1:  # serial, or a design on one rank: nothing to exchange
         return per_sample_s * samples

@@ -26,6 +26,7 @@ DESIGNS = {
     "allgather": Design("#2ca02c", "Allgather (factors)", "Allgather", "Allgather"),
     "sharded": Design("#9467bd", "sharded first layer", "sharded", "sharded first layer"),
     "paramserver": Design("#d62728", "parameter server (Send/Recv)", "Send/Recv PS", "parameter server"),
+    "auto": Design("#ff7f0e", "auto (fastest of a trial)", "auto", "auto"),
 }
 DESIGN_ORDER = {a: i for i, a in enumerate(DESIGNS)}
 

@@ -22,6 +22,19 @@ EXCHANGES = {
 }
 
 
+AUTO = "auto"  # not a design: the engine picks one of CANDIDATES (mpinet.engine.planner)
+# what auto chooses from on more than one rank: the designs whose ranks all train (the parameter
+# server's rank 0 does not, and it was the slowest design on every node measured)
+CANDIDATES = ("allreduce", "node", "allgather", "sharded")
+
+
+def possible(algorithm: str, ranks: int) -> tuple[str, ...]:
+    """The designs a run of `algorithm` on `ranks` ranks may train with: itself, or what auto chooses from."""
+    if algorithm != AUTO:
+        return (algorithm,)
+    return ("serial",) if ranks == 1 else CANDIDATES
+
+
 def exchange_class(algorithm: str, sync_every: int = 1) -> type[Exchange]:
     """The exchange a training step of this design ends with."""
     if algorithm == "allreduce" and sync_every > 1:

@@ -26,8 +26,9 @@ import numpy as np
 
 from mpinet import MpinetError
 from mpinet.datasets import dataset, pixels
+from mpinet.engine import planner
 from mpinet.engine.comm import Comm, Factors, even_split
-from mpinet.engine.designs import exchange_for
+from mpinet.engine.designs import AUTO, exchange_for
 from mpinet.engine.model import (
     Net,
     Workspace,
@@ -75,6 +76,8 @@ class Result:
     # last epoch was not trained in this launch): a list of StepTrace.as_dict()
     timeline: list[dict] | None = None
     first_layer: str = ""  # this rank's plan of the first layer's GEMM (mpinet.engine.model.first_layer_plan)
+    design: str = ""  # the design trained with: opts.algorithm, or what auto chose
+    trial_step_s: dict = field(default_factory=dict)  # auto's candidates' seconds a step (mpinet.engine.planner)
 
 
 def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=None) -> Result:
@@ -88,8 +91,14 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=Non
     # plain ndarray views of the memory maps: every slice of an np.memmap runs Python code
     # (memmap.__array_finalize__), about 20 a step at batch 4
     arrays = replace(arrays, **{k: np.asarray(getattr(arrays, k)) for k in ("train_x", "train_y", "test_x", "test_y")})
+    trials = {}
+    if opts.algorithm == AUTO:
+        design, trials = planner.choose(arrays, opts, comm, _Run.start)
+        steps = ", ".join(f"{d} {1e3 * t:.3f} ms" for d, t in trials.items())
+        log(f"auto chose {design}" + (f" (a step: {steps})" if trials else " (one rank)"))
+        opts = replace(opts, algorithm=design)
     run = _Run.start(arrays, opts, comm)
-    result = Result(run.params, run.net, first_layer=run.ws.plan.describe())
+    result = Result(run.params, run.net, first_layer=run.ws.plan.describe(), design=opts.algorithm, trial_step_s=trials)
     start_epoch = 0
     if store is not None and comm.rank == 0:
         start_epoch, result.metrics = store.resume(opts, arrays, comm.size, run.params)
@@ -195,12 +204,18 @@ class _Run:
         views = layer_views(net, params), layer_views(net, grads)
         return cls(arrays, opts, comm, net, params, grads, *views, exchange, n_data, my_slot, n, subset, ws, xbuf)
 
-    def train_epoch(self, epoch: int) -> tuple[np.ndarray, tuple]:
-        """One pass over the rows: this rank's (loss, correct, rows) sums, and (train seconds, seconds
-        waited for the slowest rank, comm seconds and bytes sent before the epoch)."""
+    def time_steps(self, limit: int) -> tuple[int, float]:
+        """(steps, seconds) of this rank training the first `limit` steps of an epoch (auto's trials)."""
+        steps = min(limit, math.ceil(self.n / (self.opts.batch_size * self.n_data)))
+        return steps, self.train_epoch(0, steps)[1][0]
+
+    def train_epoch(self, epoch: int, limit: int | None = None) -> tuple[np.ndarray, tuple]:
+        """One pass over the rows (or its first `limit` steps): this rank's (loss, correct, rows) sums,
+        and (train seconds, seconds waited for the slowest rank, comm seconds and bytes sent before the
+        epoch)."""
         opts, comm = self.opts, self.comm
         global_batch = opts.batch_size * self.n_data
-        steps = math.ceil(self.n / global_batch)
+        steps = min(math.ceil(self.n / global_batch), limit or math.inf)
         # this epoch's order: a permutation of rows or of whole batches, the same on every rank
         rng = np.random.default_rng([opts.seed, epoch])
         order = rng.permutation(self.n) if opts.shuffle == "samples" else rng.permutation(steps) * global_batch

@@ -5,10 +5,10 @@ import math
 from dataclasses import dataclass, field, fields
 
 from mpinet import MpinetError
-from mpinet.engine.designs import EXCHANGES
+from mpinet.engine.designs import AUTO, EXCHANGES
 from mpinet.engine.model import LOSSES
 
-ALGORITHMS = tuple(EXCHANGES)  # the designs, in the order tables and figures show them
+ALGORITHMS = (*EXCHANGES, AUTO)  # the designs and auto, in the order tables and figures show them
 SHUFFLES = ("samples", "batches")
 DTYPES = ("float32", "float64")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from mpinet import MpinetError
-from mpinet.engine.designs import exchange_class
+from mpinet.engine.designs import exchange_class, possible
 from mpinet.study.experiments import hidden_text
 
 
@@ -46,9 +46,9 @@ def mem_per_cpu_mb(
     same memory map), a design that holds the global batch ranks x batch_bytes (one rank's batch of
     rows in the training dtype) more, plus 300 MB of Python, numpy and MPI, spread over the rank's
     `threads` CPUs."""
-    exchange = exchange_class(algorithm)
-    mapped = train_bytes if exchange.reads_all_rows else train_bytes / max(1, ranks)
-    held = ranks * batch_bytes if exchange.global_batch_rows else 0
+    exchanges = [exchange_class(a) for a in possible(algorithm, ranks)]  # auto: the most its choice may hold
+    mapped = train_bytes if any(e.reads_all_rows for e in exchanges) else train_bytes / max(1, ranks)
+    held = ranks * batch_bytes if any(e.global_batch_rows for e in exchanges) else 0
     per_rank = (mapped + test_bytes + held) / 2**20 + 300
     return int(per_rank / threads) + 1
 
