@@ -210,7 +210,8 @@ def calibrate_worker(a) -> int:
     from mpi4py import MPI
 
     from mpinet.datasets.dataset import features
-    from mpinet.engine.comm import Comm, Factors
+    from mpinet.engine.comm import Comm
+    from mpinet.engine.exchanges import Factors, Step
     from mpinet.engine.model import Workspace, backward, forward, init_params, layer_views
     from mpinet.engine.nodeshared import NodeShared
 
@@ -256,7 +257,8 @@ def calibrate_worker(a) -> int:
         # the node design's exchange of a step: every rank's errors, then its columns of the global batch
         d = np.full((b, net.sizes[1]), 1e-20, dtype=np.float32)
         factors = Factors(rows(), d, [b] * size, x_all, np.arange(size * b) % len(x_all))
-        out["node_s"][str(b)] = timed(lambda f=factors: node.step(weights, node_grads, 0, 1, factors=f))
+        node.factors = factors
+        out["node_s"][str(b)] = timed(lambda: node.step(weights, node_grads, Step(0, 1, *[None] * 3, 0.0)))
     node.close()
     out["update_s"] = timed(lambda: np.subtract(params, grads, out=params))
     summed = np.zeros_like(params)

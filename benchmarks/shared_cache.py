@@ -83,7 +83,8 @@ def worker(a) -> int:
     from mpi4py import MPI
     from threadpoolctl import threadpool_limits
 
-    from mpinet.engine.comm import Comm, GradientAllreduce
+    from mpinet.engine.comm import Comm
+    from mpinet.engine.exchanges import GradientAllreduce, Step
     from mpinet.engine.model import Workspace, backward, forward, init_params, layer_views
 
     comm = MPI.COMM_WORLD
@@ -114,7 +115,7 @@ def worker(a) -> int:
                         forward(net, layers, x[s : s + b], ws)
                         backward(net, layers, grad_layers, x[s : s + b], y[s : s + b], ws, 1e-9)
                         if mode == "with Allreduce":
-                            exchange.step(params, grads, i, a.steps)
+                            exchange.step(params, grads, Step(i, a.steps, *[None] * 3, 0.0))
                         else:
                             params -= grads
                         if i > 0:  # the first step of a block starts from the other mode's caches

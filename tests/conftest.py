@@ -97,8 +97,8 @@ def train_with_a_slow_rank(data: Path, out: Path, epochs: int, delay: float = 0.
         "from mpinet import train as cli\n"
         "from mpinet.engine import loop\n"
         "if MPI.COMM_WORLD.Get_rank() == 1:\n"
-        "    fast = loop._gradient\n"
-        f"    loop._gradient = lambda *a: (time.sleep({delay}), fast(*a))[1]\n"
+        "    fast = loop._Run.compute\n"
+        f"    loop._Run.compute = lambda *a: (time.sleep({delay}), fast(*a))[1]\n"
         f"sys.exit(cli.main(['--data', '{data}', '--out', '{out}', "
         f"'--algorithm', 'allreduce', '--epochs', '{epochs}', '--batch-size', '2']))\n"
     )

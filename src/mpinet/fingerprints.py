@@ -84,9 +84,10 @@ NUMERICS = CodeFingerprint(
         "aeba982056b82a39": "d8023681db0bdf4e",  # 0.7.1: the labels too
         "bc03f289428eef66": "d8023681db0bdf4e",  # 0.7.1: each exchange builds itself; one bcast
         "c3819be58b9e3521": "d8023681db0bdf4e",  # 0.7.2: the server's inbox sized by Net.n_params
-        # 0.8.0: the node design (one shared copy of the weights per node) beside the others, which
-        # keep their weights; allgather, sharded and node joined the guard runs
-        "4b2fa71a73c60acf": "d8023681db0bdf4e",
+        # 0.8.0: the node design (one shared copy of the weights per node) and auto beside the others,
+        # each design's step in its class: the guard runs' weights the same bytes (allgather, sharded
+        # and node joined them)
+        "8aa342d3fc417472": "d8023681db0bdf4e",
     },
 )
 # what lands in resources/raw/<dataset>: the download, the checksum check and the unpacking

@@ -1,7 +1,7 @@
 """Which exchange a training step of each design ends with: the one place a design's exchange is chosen."""
 
-from mpinet.engine.comm import (
-    Comm,
+from mpinet.engine.comm import Comm
+from mpinet.engine.exchanges import (
     Exchange,
     FactorAllgather,
     GradientAllreduce,

@@ -1,5 +1,9 @@
 """The epoch loop shared by every design (mpinet.engine.designs).
 
+A step reads as nanoGPT's does: the loop picks the step's rows (`Step`), the design computes on the
+rows it reads (`exchange.compute`) and ends the step with its exchange (`exchange.step`); the loop
+never asks which design it has. `auto` is resolved first (mpinet.engine.planner).
+
 It writes no file: the command line (mpinet.train) hands it a checkpoint store and writes the
 run's outputs, so this module and what it imports are exactly what decides a run's numbers (the
 numerics fingerprint, mpinet.fingerprints).
@@ -27,13 +31,12 @@ import numpy as np
 from mpinet import MpinetError
 from mpinet.datasets import dataset, pixels
 from mpinet.engine import planner
-from mpinet.engine.comm import Comm, Factors, even_split
+from mpinet.engine.comm import Comm, even_split
 from mpinet.engine.designs import AUTO, exchange_for
+from mpinet.engine.exchanges import Step
 from mpinet.engine.model import (
     Net,
     Workspace,
-    backward,
-    first_layer_units,
     forward,
     init_params,
     layer_views,
@@ -110,13 +113,13 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=Non
         if epoch == opts.epochs:  # the timeline's epoch: its ranks start together on one time axis
             comm.max_untimed(np.zeros(1))
             run.trace = StepTrace(comm.rank, run.exchange.trains, TIMELINE_STEPS)
-        sums, timings = run.train_epoch(epoch)
+        sums, times = run.train_epoch(epoch)
         # evaluation on the whole test set, and the epoch's metrics reduced over the ranks
         t0 = time.perf_counter()
         test_sums, confusion = run.evaluate()
-        timings = (timings[0], time.perf_counter() - t0, *timings[1:])
+        times.eval_s = time.perf_counter() - t0
         comm.sum_untimed(sums)
-        row = _epoch_row(epoch, sums, test_sums, timings, comm, run.exchange.trains)
+        row = _epoch_row(epoch, sums, test_sums, times, comm, run.exchange.trains)
         if not all(math.isfinite(row[c]) for c in ("train_loss", "test_loss")):
             if store is not None and comm.rank == 0:
                 store.discard()
@@ -137,6 +140,19 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=Non
     result.params = np.array(run.params)  # this rank's own copy: a design's shared memory is released
     run.exchange.close()
     return result
+
+
+@dataclass
+class EpochTimes:
+    """One rank's times of an epoch (seconds; perf_counter), and its counters before it."""
+
+    train_s: float  # training, this rank
+    waited_s: float  # of which waiting in exchanges for the slowest rank to arrive
+    comm_before: float  # Comm.seconds before the epoch
+    bytes_before: int  # Comm.bytes_sent before the epoch
+    step_p50_s: float  # the median step (each step's slowest rank)
+    step_p95_s: float  # and its tail
+    eval_s: float = 0.0  # evaluating the test set after it
 
 
 @dataclass
@@ -198,21 +214,43 @@ class _Run:
         rows = min(opts.batch_size, math.ceil(n / n_data))
         exchange = exchange_for(opts.algorithm, opts.sync_every, comm, sizes, rows, dt)
         params, grads = exchange.hold(init_params(net, opts.seed))
-        # a sharded first layer runs the rest of the net on the whole global batch
-        ws = Workspace(net, rows * (comm.size if exchange.shards_first_layer else 1))
+        ws = Workspace(net, exchange.workspace_rows(rows))
         xbuf = np.empty((ws.batch, net.sizes[0]), dtype=dt)
         views = layer_views(net, params), layer_views(net, grads)
         return cls(arrays, opts, comm, net, params, grads, *views, exchange, n_data, my_slot, n, subset, ws, xbuf)
 
+    def read(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Features and labels of these rows of the ones trained on (indices into the subset, if any)."""
+        rows = rows if self.subset is None else self.subset[rows]
+        return _rows_of(self.arrays, rows, self.xbuf, self.opts.shuffle, self.subset is None)
+
+    def file_rows(self, step: Step) -> np.ndarray:
+        """The global batch's rows in the training file, each rank's slot in the order read() reads it."""
+        rows = step.batch if self.subset is None else self.subset[step.batch]
+        if self.opts.shuffle == "samples" or self.subset is not None:
+            rows = np.concatenate([np.sort(slot) for slot in np.split(rows, np.cumsum(step.counts)[:-1])])
+        return rows
+
+    def _step(self, order: np.ndarray, k: int, steps: int) -> Step:
+        """Step k of the epoch whose order of rows or batch starts is `order`."""
+        global_batch = self.opts.batch_size * self.n_data
+        batch = _global_batch(order, k, global_batch, self.n, self.opts.shuffle)
+        mine = _slot(batch, self.my_slot, self.n_data) if self.exchange.trains else batch[:0]
+        counts = even_split(len(batch), self.n_data)
+        return Step(k, steps, batch, mine, counts, _step_scale(self.opts, len(batch), len(mine)))
+
+    def compute(self, step: Step) -> tuple[float, int, int]:
+        """A step's forward and backward, on the rows its design reads (the seam tests/paced slows)."""
+        return self.exchange.compute(self, step)
+
     def time_steps(self, limit: int) -> tuple[int, float]:
         """(steps, seconds) of this rank training the first `limit` steps of an epoch (auto's trials)."""
         steps = min(limit, math.ceil(self.n / (self.opts.batch_size * self.n_data)))
-        return steps, self.train_epoch(0, steps)[1][0]
+        return steps, self.train_epoch(0, steps)[1].train_s
 
-    def train_epoch(self, epoch: int, limit: int | None = None) -> tuple[np.ndarray, tuple]:
-        """One pass over the rows (or its first `limit` steps): this rank's (loss, correct, rows) sums,
-        and (train seconds, seconds waited for the slowest rank, comm seconds and bytes sent before the
-        epoch)."""
+    def train_epoch(self, epoch: int, limit: int | None = None) -> tuple[np.ndarray, "EpochTimes"]:
+        """One pass over the rows (or its first `limit` steps): this rank's (loss, correct, rows) sums
+        and its times."""
         opts, comm = self.opts, self.comm
         global_batch = opts.batch_size * self.n_data
         steps = min(math.ceil(self.n / global_batch), limit or math.inf)
@@ -227,26 +265,13 @@ class _Run:
         traced = min(steps, self.trace.limit) if self.trace is not None else 0
         t0 = time.perf_counter()
         left = t0
-        factors = None  # the first layer's gradient as factors, for an exchange that gathers them
         for k in range(steps):
-            if self.exchange.trains:
-                # the rows of step k: this rank's slot of the k-th global batch
-                batch = _global_batch(order, k, global_batch, self.n, opts.shuffle)
-                mine = _slot(batch, self.my_slot, self.n_data)
-                read = batch if self.exchange.shards_first_layer else mine  # sharded: the whole global batch
-                rows = read if self.subset is None else self.subset[read]
-                x, y = _rows_of(self.arrays, rows, self.xbuf, opts.shuffle, self.subset is None)
-                # forward and backward: the loss on those rows and the lr-scaled gradient, in grads
-                scale = _step_scale(opts, len(batch), len(mine))
-                if self.exchange.shards_first_layer:
-                    sums += _sharded_gradient(self, x, y, scale, even_split(len(batch), self.n_data))
-                else:
-                    sums += _gradient(self, x, y, scale)
-                factors = _factors(self, x, batch) if self.exchange.gathers_first_layer else None
+            step = self._step(order, k, steps)
+            sums += self.compute(step)
             # exchange: combine the ranks' updates and step (Allreduce, Allgather, local SGD or the server)
             before, arrived = comm.seconds, time.perf_counter()
             serve = [] if k < traced else None  # what a parameter server did when, in traced steps
-            self.exchange.step(self.params, self.grads, k, steps, serve, factors)
+            self.exchange.step(self.params, self.grads, step, serve)
             done = time.perf_counter()
             if comm.seconds != before:
                 computed[k], talked[k], left = arrived - left, True, done
@@ -259,7 +284,7 @@ class _Run:
         if traced:
             self.trace.record(t0, arrivals[:traced], ends[:traced], waits[:traced])
         p50, p95 = np.percentile(step_times, [50, 95]) if steps else (0.0, 0.0)
-        return sums, (t_train, float(waits.sum()), comm_before, bytes_before, p50, p95)
+        return sums, EpochTimes(t_train, float(waits.sum()), comm_before, bytes_before, float(p50), float(p95))
 
     def evaluate(self):
         a = self.arrays
@@ -290,45 +315,6 @@ def _rows_of(arrays: dataset.Arrays, rows: np.ndarray, xbuf: np.ndarray, shuffle
         rows = np.sort(rows)  # sequential reads of the memory map
         return _gather(arrays.train_x, rows, xbuf), np.asarray(arrays.train_y[rows])
     return _rows(arrays.train_x, rows, xbuf), np.asarray(arrays.train_y[rows])
-
-
-def _gradient(run: _Run, x, y, scale) -> tuple[float, int, int]:
-    """(loss, correct, rows) of x, and the scaled gradient in run.grads (zero when the slot is
-    empty) or, where the exchange wants no gradient, the update applied to run.params."""
-    fused = run.exchange.updates_in_backward
-    if not len(y):
-        if not fused:
-            run.grads.fill(0)
-        return 0.0, 0, 0
-    out = forward(run.net, run.layers, x, run.ws)
-    loss, correct = loss_and_correct(run.net, out, y)
-    first = not run.exchange.gathers_first_layer
-    backward(run.net, run.layers, run.grad_layers, x, y, run.ws, scale, update=fused, first=first)
-    return loss, correct, len(y)
-
-
-def _factors(run: _Run, x: np.ndarray, batch: np.ndarray) -> Factors:
-    """This rank's factors of the first layer's gradient (its input rows and their scaled output
-    errors, from backward), every training rank's row count and the global batch's rows in the file."""
-    rows = batch if run.subset is None else run.subset[batch]
-    counts = even_split(len(batch), run.n_data)
-    if run.opts.shuffle == "samples" or run.subset is not None:  # each slot's rows as _rows_of read them
-        rows = np.concatenate([np.sort(slot) for slot in np.split(rows, np.cumsum(counts)[:-1])])
-    return Factors(x, run.ws.delta[0][: len(x)], counts, run.arrays.train_x, rows)
-
-
-def _sharded_gradient(run: _Run, x, y, scale, counts: list[int]) -> tuple[float, int, int]:
-    """A step with the first layer's units split across the ranks (mpinet.engine.comm.ShardedFirstLayer)
-    on the whole global batch x, y: this rank's units of the first layer computed for all of it and
-    gathered, the rest of the net forward and backward (stepping the small layers and this rank's
-    rows of the first layer); the loss and hits of this rank's share of the rows (counts)."""
-    shard = run.exchange
-    zt = shard.gather_first(first_layer_units(run.layers[0][0][shard.mine], x, run.ws))
-    out = forward(run.net, run.layers, x, run.ws, first_t=zt)
-    mine = slice(sum(counts[: run.my_slot]), sum(counts[: run.my_slot + 1]))
-    loss, correct = loss_and_correct(run.net, out[mine], y[mine])
-    backward(run.net, run.layers, run.grad_layers, x, y, run.ws, scale, update=True, first=shard.mine)
-    return loss, correct, mine.stop - mine.start
 
 
 def _global_batch(order: np.ndarray, k: int, size: int, n: int, shuffle: str) -> np.ndarray:
@@ -394,9 +380,9 @@ def _slowest(comm: Comm, computed: np.ndarray, talked: np.ndarray, durations: np
     return np.where(talked, slowest - computed, 0.0), step_times
 
 
-def _epoch_row(epoch, sums, test_sums, timings, comm: Comm, trains: bool):
-    t_train, t_eval, waited, comm_before, bytes_before, p50, p95 = timings
-    comm_s = comm.seconds - comm_before
+def _epoch_row(epoch, sums, test_sums, times: EpochTimes, comm: Comm, trains: bool):
+    t_train, t_eval, waited, p50, p95 = times.train_s, times.eval_s, times.waited_s, times.step_p50_s, times.step_p95_s
+    comm_s = comm.seconds - times.comm_before
     waited = min(waited, comm_s)  # a wait is spent inside the exchange's time
     per_rank = np.array([(t_train - comm_s) * trains, comm_s * trains, trains, waited * trains], dtype=np.float64)
     comm.sum_untimed(per_rank)  # means over the ranks that train
@@ -415,7 +401,7 @@ def _epoch_row(epoch, sums, test_sums, timings, comm: Comm, trains: bool):
         "transfer_s": (per_rank[1] - per_rank[3]) / per_rank[2],
         "transfer_max_s": comm.max((comm_s - waited) * trains),
         "eval_s": comm.max(t_eval),
-        "bytes_sent": int(comm.max(float(comm.bytes_sent - bytes_before))),
+        "bytes_sent": int(comm.max(float(comm.bytes_sent - times.bytes_before))),
         # the epoch's step times (each step's slowest rank): its median and its tail
         "step_p50_s": float(p50),
         "step_p95_s": float(p95),

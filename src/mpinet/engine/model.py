@@ -145,7 +145,7 @@ def blocked_matmul(w: np.ndarray, x: np.ndarray, out: np.ndarray, part: np.ndarr
 
 def first_layer_units(w: np.ndarray, x: np.ndarray, ws: Workspace) -> np.ndarray:
     """[units of w, n] = w @ x.T for some rows (units) of the first layer's weights, in the plan's
-    blocks (mpinet.engine.comm.ShardedFirstLayer); a view in ws."""
+    blocks (mpinet.engine.exchanges.ShardedFirstLayer); a view in ws."""
     zt = ws.first_t[: len(w), : len(x)]
     if ws.first_block:
         blocked_matmul(w, x, zt, ws.first_part[: len(w), : len(x)], ws.first_block)
@@ -203,7 +203,7 @@ def backward(
     """Write scale * d(summed loss)/d(params) into the gradient views `grads`, after forward(x);
     with update=True subtract it from the weights `layers` instead (the serial SGD step). With
     first=False the first layer's weight gradient is left out (its factors stay in ws.delta[0] and x:
-    mpinet.engine.comm.FactorAllgather); with first=slice(...) (and update) only those rows of the
+    mpinet.engine.exchanges.FactorAllgather); with first=slice(...) (and update) only those rows of the
     first layer's weights are stepped, its whole bias still (ShardedFirstLayer).
 
     Training passes scale = learning_rate / global_batch, so the gradient buffer already

@@ -31,15 +31,15 @@ import numpy as np
 
 from mpinet.datasets.dataset import features
 from mpinet.engine import blas
-from mpinet.engine.comm import Comm, Exchange, Factors, even_split
+from mpinet.engine.comm import Comm, even_split
+from mpinet.engine.exchanges import Factors, FirstLayerFactors, Step
 from mpinet.engine.machine import this_machine
 
 
-class NodeShared(Exchange):
+class NodeShared(FirstLayerFactors):
     """The global batch's SGD step, with one copy of the weights per node (the module's docstring).
     With `Comm(None)` or one rank it is serial SGD with the first layer's update from its factors."""
 
-    gathers_first_layer = True
     # every rank reads its 1/L of the columns of every row of the global batch: all ranks together
     # read the batch once, as data-parallel ranks their shards (reads_all_rows stays False)
 
@@ -107,9 +107,8 @@ class NodeShared(Exchange):
             self.leaders.Bcast(params, root=0)
         self._sync()
 
-    def step(self, params: np.ndarray, grads: np.ndarray, k: int, steps: int, serve=None, factors=None) -> None:
-        """factors: the step's Factors."""
-        f = factors
+    def step(self, params: np.ndarray, grads: np.ndarray, step: Step, serve=None) -> None:
+        f = self.factors
         w = params[: self.first].reshape(f.d.shape[1], -1)
         if self.comm.size == 1:  # alone: the serial step, nothing to exchange
             if not blas.subtract_product(w, f.d, f.x):

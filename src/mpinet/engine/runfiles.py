@@ -166,6 +166,6 @@ def cpu_model() -> str:
 
 def _steps_in_backward(opts: Options, comm: Comm) -> bool:
     """Whether this design's update is folded into a GEMM: in backward (serial, local SGD) or in the
-    exchange (allgather's first layer); mpinet.engine.comm's exchanges."""
+    exchange (allgather's first layer, node's); mpinet.engine.exchanges' fused_update."""
     exchange = exchange_class(opts.algorithm, opts.sync_every)
-    return comm.mpi is None or exchange.updates_in_backward or exchange.gathers_first_layer
+    return comm.mpi is None or exchange.fused_update
