@@ -369,7 +369,11 @@ def test_a_killed_rank_ends_the_job(tmp_path):
         text=True,
         env=env(),
     )
-    time.sleep(4)
+    # both ranks are training once rank 0 logs its first epoch (an Allreduce with the other rank each
+    # step), however long a loaded machine takes to get there
+    for line in proc.stderr:
+        if "epoch 1/" in line:
+            break
     ranks = [c for c in psutil.Process(proc.pid).children(recursive=True) if "mpinet.train" in c.cmdline()]
     assert len(ranks) == 2
     ranks[-1].kill()
