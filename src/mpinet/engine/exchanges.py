@@ -82,13 +82,19 @@ class Exchange:
         """(loss, correct, rows) of this rank's slot, and its scaled gradient in run.grads (zero when the
         slot is empty) or, where no gradient is sent, the update applied to the weights."""
         x, y = run.read(step.mine)
+        return self._backprop(run, x, y, step.scale)
+
+    def _backprop(self, run, x: np.ndarray, y: np.ndarray, scale: float, first: bool = True) -> tuple[float, int, int]:
+        """Forward and backward on x, y (first=False: without the first layer's weight gradient)."""
         if not len(y):
             if not self.updates_in_backward:
                 run.grads.fill(0)
             return 0.0, 0, 0
         out = forward(run.net, run.layers, x, run.ws)
         loss, correct = loss_and_correct(run.net, out, y)
-        backward(run.net, run.layers, run.grad_layers, x, y, run.ws, step.scale, update=self.updates_in_backward)
+        backward(
+            run.net, run.layers, run.grad_layers, x, y, run.ws, scale, update=self.updates_in_backward, first=first
+        )
         return loss, correct, len(y)
 
     def step(self, params: np.ndarray, grads: np.ndarray, step: Step, serve=None) -> None:
@@ -122,15 +128,13 @@ class FirstLayerFactors(Exchange):
 
     fused_update = True
 
+    @classmethod
+    def create(cls, comm, sizes, batch, dtype, sync_every):
+        return cls(comm, sizes, batch, dtype)
+
     def compute(self, run, step: Step) -> tuple[float, int, int]:
         x, y = run.read(step.mine)
-        if not len(y):
-            run.grads.fill(0)
-            sums = 0.0, 0, 0
-        else:
-            out = forward(run.net, run.layers, x, run.ws)
-            sums = (*loss_and_correct(run.net, out, y), len(y))
-            backward(run.net, run.layers, run.grad_layers, x, y, run.ws, step.scale, first=False)
+        sums = self._backprop(run, x, y, step.scale, first=False)
         self.factors = Factors(x, run.ws.delta[0][: len(x)], step.counts, run.arrays.train_x, run.file_rows(step))
         return sums
 
@@ -147,10 +151,6 @@ class FactorAllgather(FirstLayerFactors):
     global batch, to rounding."""
 
     global_batch_rows = True
-
-    @classmethod
-    def create(cls, comm, sizes, batch, dtype, sync_every):
-        return cls(comm, sizes, batch, dtype)
 
     def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
         self.comm = comm

@@ -243,9 +243,13 @@ class _Run:
         """A step's forward and backward, on the rows its design reads (the seam tests/paced slows)."""
         return self.exchange.compute(self, step)
 
+    def steps(self) -> int:
+        """Steps an epoch: global batches of batch_size rows a training rank."""
+        return math.ceil(self.n / (self.opts.batch_size * self.n_data))
+
     def time_steps(self, limit: int) -> tuple[int, float]:
         """(steps, seconds) of this rank training the first `limit` steps of an epoch (auto's trials)."""
-        steps = min(limit, math.ceil(self.n / (self.opts.batch_size * self.n_data)))
+        steps = min(limit, self.steps())
         return steps, self.train_epoch(0, steps)[1].train_s
 
     def train_epoch(self, epoch: int, limit: int | None = None) -> tuple[np.ndarray, "EpochTimes"]:
@@ -253,7 +257,7 @@ class _Run:
         and its times."""
         opts, comm = self.opts, self.comm
         global_batch = opts.batch_size * self.n_data
-        steps = min(math.ceil(self.n / global_batch), limit or math.inf)
+        steps = min(self.steps(), limit or math.inf)
         # this epoch's order: a permutation of rows or of whole batches, the same on every rank
         rng = np.random.default_rng([opts.seed, epoch])
         order = rng.permutation(self.n) if opts.shuffle == "samples" else rng.permutation(steps) * global_batch

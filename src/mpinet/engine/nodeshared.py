@@ -34,6 +34,7 @@ from mpinet.engine import blas
 from mpinet.engine.comm import Comm, even_split
 from mpinet.engine.exchanges import Factors, FirstLayerFactors, Step
 from mpinet.engine.machine import this_machine
+from mpinet.engine.model import Net
 
 
 class NodeShared(FirstLayerFactors):
@@ -43,16 +44,12 @@ class NodeShared(FirstLayerFactors):
     # every rank reads its 1/L of the columns of every row of the global batch: all ranks together
     # read the batch once, as data-parallel ranks their shards (reads_all_rows stays False)
 
-    @classmethod
-    def create(cls, comm, sizes, batch, dtype, sync_every):
-        return cls(comm, sizes, batch, dtype)
-
     def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
         self.comm = comm
         dt = np.dtype(dtype)
         n_in, units = sizes[0], sizes[1]
         self.first = n_in * units  # the first layer's weights lead the flat buffer
-        n_params = _n_params(sizes)
+        n_params = Net(sizes).n_params
         self.node = self.leaders = self.win = None
         local, size, nodes, self.order, self.leader_of = 0, 1, 1, [comm.rank], [comm.rank]
         if comm.mpi is not None:
@@ -70,6 +67,9 @@ class NodeShared(FirstLayerFactors):
             elif leaders != MPI.COMM_NULL:
                 leaders.Free()
         self.local, self.size, self.nodes = local, size, nodes
+        # each node's ranks, in the leaders' order; whether D's row order is plain rank order
+        self.blocks = [[r for r in self.order if self.leader_of[r] == lead] for lead in sorted(set(self.leader_of))]
+        self.rank_ordered = self.order == sorted(self.order)
         rows = batch * comm.size
         # the window: the weights, D of the global batch, the rest's node sum (several nodes only)
         # and one segment a rank for the rest's gradient; allocated by the node's rank 0, each page
@@ -123,14 +123,15 @@ class NodeShared(FirstLayerFactors):
         self.segments[self.local][...] = grads[self.first :]
         self._sync()  # every rank's D and rest are in the window
         self._across_nodes(offsets, f.counts)
-        acc, part = self.acc, self.part
-        rest = slice(part.start - self.first, part.stop - self.first)
-        acc[...] = self.segments[0][rest]
-        for segment in self.segments[1:]:  # in node rank order: the same sum every run
-            acc += segment[rest]
-        if self.total.size:
+        rest = slice(self.part.start - self.first, self.part.stop - self.first)
+        if self.total.size:  # several nodes: the leaders' sum over every node
             acc = self.total[rest]
-        params[part] -= acc
+        else:
+            acc = self.acc
+            acc[...] = self.segments[0][rest]
+            for segment in self.segments[1:]:  # in node rank order: the same sum every run
+                acc += segment[rest]
+        params[self.part] -= acc
         self._update_columns(w, f, n)
         self._sync()  # every rank reads the new weights
         self.comm.seconds += time.perf_counter() - t
@@ -160,8 +161,10 @@ class NodeShared(FirstLayerFactors):
         """W[:, cols] -= Dᵀ·X[:, cols] over the global batch's n rows, in blocks of columns whose training
         values fit half a core's L2: each block's pixels are turned into values and multiplied while
         they are in the cache (the rows' float values are never written to memory)."""
-        ends = np.cumsum(f.counts).tolist()
-        rows = np.concatenate([f.rows[ends[r] - f.counts[r] : ends[r]] for r in self.order])
+        rows = f.rows
+        if not self.rank_ordered:  # D's rows run node after node: the file's rows the same way
+            ends = np.cumsum(f.counts).tolist()
+            rows = np.concatenate([rows[ends[r] - f.counts[r] : ends[r]] for r in self.order])
         contiguous = bool(n) and rows[-1] - rows[0] == n - 1 and bool(np.all(np.diff(rows) == 1))
         d = self.d_all[:n]
         width = max(1, min(self.xc.shape[1], self.block_bytes // max(1, n * self.xc.itemsize)))
@@ -189,9 +192,8 @@ class NodeShared(FirstLayerFactors):
                 rest += segment
             self.leaders.Allreduce(MPI.IN_PLACE, rest, op=MPI.SUM)
             units = self.d_all.shape[1]
-            blocks = [[r for r in self.order if self.leader_of[r] == lead] for lead in sorted(set(self.leader_of))]
-            sizes = [sum(counts[r] for r in block) * units for block in blocks]
-            starts = [offsets[block[0]] * units for block in blocks]
+            sizes = [sum(counts[r] for r in block) * units for block in self.blocks]
+            starts = [offsets[block[0]] * units for block in self.blocks]
             mpi_type = MPI.FLOAT if self.d_all.dtype == np.float32 else MPI.DOUBLE
             self.leaders.Allgatherv(MPI.IN_PLACE, [self.d_all, sizes, starts, mpi_type])
         self._sync()
@@ -202,7 +204,3 @@ class NodeShared(FirstLayerFactors):
             self.win.Sync()
             self.node.Barrier()
             self.win.Sync()
-
-
-def _n_params(sizes: tuple[int, ...]) -> int:
-    return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
