@@ -163,7 +163,7 @@ def test_auto_trains_with_the_design_its_trial_chose_and_gives_its_weights(tmp_p
     run_train(ranks, *_args(data, tmp_path / "auto", "--algorithm", "auto"))
     meta = json.loads((tmp_path / "auto" / "run.json").read_text())
     assert meta["options"]["algorithm"] == "auto"
-    if ranks == 2:
+    if ranks == 2:  # a grid of 2 ranks is one group (sharded) or one shard (allreduce): not timed twice
         assert set(meta["auto_trial_step_s"]) == {"allreduce", "node", "allgather", "sharded"}
         assert all(t > 0 for t in meta["auto_trial_step_s"].values())
         assert meta["design"] == min(meta["auto_trial_step_s"], key=meta["auto_trial_step_s"].get)
@@ -176,8 +176,8 @@ def test_auto_trains_with_the_design_its_trial_chose_and_gives_its_weights(tmp_p
 def test_auto_chooses_among_the_designs_the_options_allow():
     from mpinet.engine.planner import candidates
 
-    assert candidates(Options(), 2, 61, 3) == ["allreduce", "node", "allgather", "sharded"]
-    assert candidates(Options(batch_size=4), 3, 61, 3) == ["allreduce", "node", "allgather", "sharded"]
+    assert candidates(Options(), 2, 61, 3) == ["allreduce", "node", "allgather", "sharded", "grid"]
+    assert candidates(Options(batch_size=4), 3, 61, 3) == ["allreduce", "node", "allgather", "sharded", "grid"]
     with pytest.raises(MpinetError, match="sync_every"):
         check_options(Options(algorithm="auto", sync_every=2), 2, 61, 3)
 
@@ -581,3 +581,67 @@ def test_a_serial_run_waits_for_nobody(small_dataset, tmp_path):
     run_train(None, *_args(small_dataset, tmp_path / "s"))
     m = pd.read_csv(tmp_path / "s" / "metrics.csv")
     assert (m[["wait_s", "wait_max_s", "transfer_s", "comm_s"]] == 0).all().all()
+
+
+GRID = """
+import sys
+import mpinet.engine.grid as grid
+import mpinet.train as cli
+
+grid.grid_shape = lambda ranks, sizes, batch, itemsize: ({groups}, ranks // {groups})
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    "ranks,groups,extra",
+    [
+        (4, 2, ("--shuffle", "samples")),  # 2 groups of 2 shards
+        (3, 3, ("--shuffle", "batches")),  # 3 groups of 1: data-parallel, as allreduce
+        (2, 1, ("--shuffle", "samples")),  # 1 group of 2: sharded
+        (4, 2, ("--shuffle", "batches", "--train-samples", 45, "--hidden", 31, 20)),  # a subset; 16 + 15 units
+        (4, 2, ("--shuffle", "samples", "--faithful", "true", "--learning-rate", 0.001)),
+    ],
+)
+def test_process_grid_matches_serial_with_p_times_the_batch(tmp_path, ranks, groups, extra):
+    """G groups of S shards: each group runs sharded on its slots' rows, the groups sum their gradients of
+    the shards' rows and of the small layers; serial's weights on P x the batch in every shape,
+    a partial last batch included. run.json records the shape."""
+    data = write_dataset(tmp_path / "d", n_train=61, n_test=10, dim=200)
+    run_train(None, *_args(data, tmp_path / "s", "--batch-size", 4 * ranks, *extra))
+    script = tmp_path / "grid.py"
+    script.write_text(GRID.format(groups=groups))
+    args = _args(data, tmp_path / "o", "--batch-size", 4, "--algorithm", "grid", *extra)
+    p = subprocess.run(
+        [*mpiexec_argv(ranks), sys.executable, str(script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env(),
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert np.abs(weights(tmp_path / "s") - weights(tmp_path / "o")).max() < 1e-10
+    ms, mo = pd.read_csv(tmp_path / "s" / "metrics.csv"), pd.read_csv(tmp_path / "o" / "metrics.csv")
+    for col in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+        assert np.allclose(ms[col], mo[col], rtol=0, atol=1e-10), col
+    meta = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert meta["grid"] == {"groups": groups, "shards": ranks // groups}
+    assert meta["fused_update"] is (groups == 1)  # one group steps in backward, as sharded
+
+
+def test_the_grid_shape_moves_the_fewest_bytes():
+    """The engine's grid: of every G x S = P, the shape whose rank moves the fewest bytes a step. The Intel
+    net (8.1 MB first layer) on 16 ranks: small batches split the units further (fewer weights a rank),
+    large ones reduce across more groups (fewer rows a rank reads)."""
+    from mpinet.engine.grid import grid_shape, step_bytes
+
+    intel = (67500, 30, 20, 6)
+    for ranks, batch in [(16, 4), (16, 32), (4, 8), (2, 4), (7, 4)]:
+        g, s = grid_shape(ranks, intel, batch, 4)
+        assert g * s == ranks
+        shapes = [d for d in range(1, ranks + 1) if ranks % d == 0]
+        assert step_bytes(ranks, s, intel, batch, 4) == min(step_bytes(ranks, d, intel, batch, 4) for d in shapes)
+    assert grid_shape(16, intel, 4, 4)[1] > grid_shape(16, intel, 32, 4)[1] > 1
+    assert grid_shape(4, (4, 10, 3), 1000, 8) == (4, 1)  # tiny weights, many rows: data-parallel
+    assert grid_shape(4, (10**6, 100, 3), 1, 4) == (1, 4)  # huge weights, one row: sharded

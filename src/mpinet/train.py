@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 
 from mpinet import MpinetError
@@ -125,12 +125,7 @@ def _train_and_record(args: argparse.Namespace, opts: Options, comm: Comm, log) 
     ck = Path(args.checkpoint) if args.checkpoint else None
     store = Store(ck, args.checkpoint_seconds, log) if ck is not None else None
     result = train(arrays, opts, comm, store, log)
-    meta = run_metadata(
-        comm, replace(opts, algorithm=result.design), args.data, arrays, args.launcher, result.first_layer
-    )
-    meta["design"] = result.design  # what trained: the options' algorithm, or what auto chose
-    if result.trial_step_s:
-        meta["auto_trial_step_s"] = result.trial_step_s
+    meta = run_metadata(comm, opts, args.data, arrays, args.launcher, result)
     meta["train_seconds"] = time.perf_counter() - t0
     # whether anything else could have run beside this job, and how busy the machine was
     meta["timing"] = {

@@ -19,7 +19,8 @@ receives P−1 gradients and sends P−1 weight vectors one after another in eve
 The small-batch designs change the compute too, by the share of a sample's multiply-adds in the
 first layer (forward, weight gradient; input gradients from the second layer on): `allgather`'s
 ranks each apply the first layer's update for the whole global batch, `sharded`'s each run the
-first layer for their 1/P of its units and the rest of the net on the whole global batch. `node`
+first layer for their 1/P of its units and the rest of the net on the whole global batch, and
+`grid`'s as `sharded` in a group of S with the groups' gradients reduced as `allreduce`'s. `node`
 computes as `allreduce` and reduces through shared memory (node_step_seconds): priced as one
 node's, whatever the link; what its ranks share (one memory system) the model does not see.
 
@@ -35,6 +36,7 @@ import pandas as pd
 
 from mpinet import MpinetError
 from mpinet.engine.designs import AUTO, possible
+from mpinet.engine.grid import grid_shape
 from mpinet.engine.model import Net
 from mpinet.engine.options import ALGORITHMS, COMPUTE_OPTIONS, data_ranks
 from mpinet.study.experiments import hidden_sizes
@@ -181,6 +183,14 @@ def epoch_seconds(
         compute = per_sample_s * rows * (2 * share / ranks + 1 - 2 * share)
         step = compute + allgather_seconds(ranks, rows * sizes[1] * itemsize, link)
         return steps * step + allgather_seconds(ranks, first, link) + bcast_seconds(ranks, nbytes - first, link)
+    if algorithm == "grid":  # sharded within groups of S ranks, the groups' gradients reduced
+        groups, shards = grid_shape(ranks, sizes, batch_size, itemsize)
+        group_rows = batch_size * shards
+        compute = per_sample_s * group_rows * (2 * share / shards + 1 - 2 * share)
+        step = compute + allgather_seconds(shards, group_rows * sizes[1] * itemsize, link)
+        step += allreduce_seconds(groups, first / shards, itemsize, link)
+        step += allreduce_seconds(groups, nbytes - first, itemsize, link)
+        return steps * step + allgather_seconds(shards, first, link) + bcast_seconds(ranks, nbytes - first, link)
     if algorithm == "node":  # allreduce's compute; the first layer's update shared, not sent
         first = sizes[0] * sizes[1] * itemsize
         return per_sample_s * samples / ranks + steps * node_step_seconds(ranks, nbytes - first, link)

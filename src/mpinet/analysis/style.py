@@ -25,6 +25,7 @@ DESIGNS = {
     "node": Design("#17becf", "one copy per node (shared memory)", "node shm", "node shared"),
     "allgather": Design("#2ca02c", "Allgather (factors)", "Allgather", "Allgather"),
     "sharded": Design("#9467bd", "sharded first layer", "sharded", "sharded first layer"),
+    "grid": Design("#8c564b", "process grid (groups x shards)", "grid", "process grid"),
     "paramserver": Design("#d62728", "parameter server (Send/Recv)", "Send/Recv PS", "parameter server"),
     "auto": Design("#ff7f0e", "auto (fastest of a trial)", "auto", "auto"),
 }

@@ -21,12 +21,34 @@ PS_WEIGHTS_TAG = 2  # server -> worker: the main weights after the update
 class Comm:
     """A communicator with timing; `Comm(None)` is the one-process stand-in that never loads MPI."""
 
+    parent = None  # the communicator this one was split from (Comm.split): its time counts there too
+
     def __init__(self, mpi_comm=None):
         self.mpi = mpi_comm
         self.rank = mpi_comm.Get_rank() if mpi_comm is not None else 0
         self.size = mpi_comm.Get_size() if mpi_comm is not None else 1
         self.seconds = 0.0  # time spent inside MPI calls
         self.bytes_sent = 0  # payload bytes this rank handed to MPI sends and reductions
+
+    def split(self, color: int) -> "Comm":
+        """The ranks with the same `color`, in this communicator's rank order; the seconds and bytes of
+        its calls count in this one too (the loop reads the world's counters)."""
+        part = Comm(self.mpi.Split(color, key=self.rank) if self.mpi is not None else None)
+        part.parent = self
+        return part
+
+    def free(self) -> None:
+        """Free a communicator made by split (collective over its ranks)."""
+        if self.mpi is not None and self.parent is not None:
+            self.mpi.Free()
+            self.mpi = None
+
+    def _count(self, seconds: float, nbytes: int) -> None:
+        comm = self
+        while comm is not None:
+            comm.seconds += seconds
+            comm.bytes_sent += nbytes
+            comm = comm.parent
 
     def sum_inplace(self, buf: np.ndarray) -> None:
         """Element-wise sum of buf over all ranks, in place (one MPI_Allreduce)."""
@@ -36,8 +58,7 @@ class Comm:
 
         t = time.perf_counter()
         self.mpi.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-        self.seconds += time.perf_counter() - t
-        self.bytes_sent += buf.nbytes
+        self._count(time.perf_counter() - t, buf.nbytes)
 
     def sum_untimed(self, buf: np.ndarray) -> None:
         """Like sum_inplace, for bookkeeping (metrics) that is not part of the training exchange."""
@@ -70,8 +91,7 @@ class Comm:
         t = time.perf_counter()
         self.mpi.Bcast(buf, root=root)
         if timed:
-            self.seconds += time.perf_counter() - t
-            self.bytes_sent += buf.nbytes if self.rank == root else 0
+            self._count(time.perf_counter() - t, buf.nbytes if self.rank == root else 0)
 
     def server_step(self, params: np.ndarray, inbox: np.ndarray, serve: list | None = None) -> None:
         """Parameter server: receive every worker's gradient, update the main weights, send them back.
@@ -117,8 +137,7 @@ class Comm:
         offsets = [sum(sizes[:r]) for r in range(len(sizes))]
         t = time.perf_counter()
         self.mpi.Allgatherv(np.ascontiguousarray(send), [recv, sizes, offsets, _mpi_type(recv.dtype)])
-        self.seconds += time.perf_counter() - t
-        self.bytes_sent += send.nbytes
+        self._count(time.perf_counter() - t, send.nbytes)
         return recv[:total]
 
     def worker_step(self, params: np.ndarray, grads: np.ndarray) -> None:

@@ -9,6 +9,7 @@ from mpinet.engine.exchanges import (
     ParameterServer,
     ShardedFirstLayer,
 )
+from mpinet.engine.grid import ProcessGrid
 from mpinet.engine.nodeshared import NodeShared
 
 # serial is GradientAllreduce on Comm(None); allreduce with sync_every > 1 is LocalSGD
@@ -18,6 +19,7 @@ EXCHANGES = {
     "node": NodeShared,
     "allgather": FactorAllgather,
     "sharded": ShardedFirstLayer,
+    "grid": ProcessGrid,
     "paramserver": ParameterServer,
 }
 
@@ -25,7 +27,7 @@ EXCHANGES = {
 AUTO = "auto"  # not a design: the engine picks one of CANDIDATES (mpinet.engine.planner)
 # what auto chooses from on more than one rank: the designs whose ranks all train (the parameter
 # server's rank 0 does not, and it was the slowest design on every node measured)
-CANDIDATES = ("allreduce", "node", "allgather", "sharded")
+CANDIDATES = ("allreduce", "node", "allgather", "sharded", "grid")
 
 
 def possible(algorithm: str, ranks: int) -> tuple[str, ...]:

@@ -106,6 +106,14 @@ class Exchange:
     def close(self) -> None:
         """Release what the exchange holds beyond Python's reach (every rank, once, after training)."""
 
+    def same_as(self) -> str | None:
+        """The other design whose step this one's is, on this layout (a grid of one group: sharded)."""
+        return None
+
+    def describe(self) -> dict:
+        """What run.json records of how this design laid its ranks out, where it chooses (a grid's shape)."""
+        return {}
+
 
 class GradientAllreduce(Exchange):
     """Sum the ranks' lr-scaled gradients (already divided by the global batch) and step: the
@@ -241,38 +249,47 @@ class ShardedFirstLayer(Exchange):
     def create(cls, comm, sizes, batch, dtype, sync_every):
         return cls(comm, sizes, batch, dtype)
 
-    def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
+    def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype, group: Comm | None = None):
+        """`group`: the consecutive ranks that split the units and read their slots' rows (all of them
+        here; one group of mpinet.engine.grid.ProcessGrid)."""
         self.comm = comm
+        self.group = group or comm
         self.n_in, units = sizes[0], sizes[1]
-        self.shares = even_split(units, comm.size)  # each rank's units
-        start = sum(self.shares[: comm.rank])
-        self.mine = slice(start, start + self.shares[comm.rank])
-        self.zt = np.empty(units * batch * comm.size, dtype=dtype)  # the gathered [units, rows]
+        self.shares = even_split(units, self.group.size)  # each rank's units
+        start = sum(self.shares[: self.group.rank])
+        self.mine = slice(start, start + self.shares[self.group.rank])
+        self.zt = np.empty(units * batch * self.group.size, dtype=dtype)  # the gathered [units, rows]
 
     def workspace_rows(self, rows: int) -> int:
-        return rows * self.comm.size  # the rest of the net runs on the whole global batch
+        return rows * self.group.size  # the rest of the net runs on the group's whole batch
 
     def compute(self, run, step: Step) -> tuple[float, int, int]:
-        """This rank's units of the first layer computed for the whole global batch and gathered, the
-        rest of the net forward and backward on it (stepping the small layers and this rank's rows of
-        the first layer); the loss and hits of this rank's slot of the rows."""
-        x, y = run.read(step.batch)
+        """This rank's units of the first layer computed for the group's rows of the global batch and
+        gathered, the rest of the net forward and backward on them (stepping the small layers and this
+        rank's rows of the first layer, or with a gradient to send, writing it); the loss and hits of
+        this rank's slot of the rows."""
+        first = run.my_slot - self.group.rank  # the group's first slot
+        ends = np.cumsum([0, *step.counts]).tolist()
+        x, y = run.read(step.batch[ends[first] : ends[first + self.group.size]])
+        if not len(y):  # a grid's group whose slots of a partial last batch are empty: nothing to add
+            run.grads.fill(0)
+            return 0.0, 0, 0
         zt = self.gather_first(first_layer_units(run.layers[0][0][self.mine], x, run.ws))
         out = forward(run.net, run.layers, x, run.ws, first_t=zt)
-        slot = run.my_slot
-        mine = slice(sum(step.counts[:slot]), sum(step.counts[: slot + 1]))
+        mine = slice(ends[run.my_slot] - ends[first], ends[run.my_slot + 1] - ends[first])
         loss, correct = loss_and_correct(run.net, out[mine], y[mine])
-        backward(run.net, run.layers, run.grad_layers, x, y, run.ws, step.scale, update=True, first=self.mine)
+        update = self.updates_in_backward
+        backward(run.net, run.layers, run.grad_layers, x, y, run.ws, step.scale, update=update, first=self.mine)
         return loss, correct, mine.stop - mine.start
 
     def gather_first(self, mine_t: np.ndarray) -> np.ndarray:
         """The whole first layer's [units, rows] from every rank's [its units, rows]."""
         rows = mine_t.shape[1]
         out = self.zt[: sum(self.shares) * rows].reshape(-1, rows)
-        return self.comm.gather_rows(mine_t.reshape(-1, rows), out, self.shares)
+        return self.group.gather_rows(mine_t.reshape(-1, rows), out, self.shares)
 
     def finish(self, params: np.ndarray) -> None:
         w = params[: sum(self.shares) * self.n_in].reshape(-1, self.n_in)
-        self.comm.gather_rows(np.array(w[self.mine]), w, self.shares)
+        self.group.gather_rows(np.array(w[self.mine]), w, self.shares)
         # every rank stepped the rest itself: rank 0's, as in FactorAllgather.finish
         self.comm.bcast(params[w.size :], timed=True)

@@ -81,6 +81,8 @@ class Result:
     first_layer: str = ""  # this rank's plan of the first layer's GEMM (mpinet.engine.model.first_layer_plan)
     design: str = ""  # the design trained with: opts.algorithm, or what auto chose
     trial_step_s: dict = field(default_factory=dict)  # auto's candidates' seconds a step (mpinet.engine.planner)
+    fused: bool = False  # the update folded into a GEMM (Exchange.fused_update)
+    layout: dict = field(default_factory=dict)  # how the design laid its ranks out (Exchange.describe)
 
 
 def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=None) -> Result:
@@ -102,6 +104,7 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=Non
         opts = replace(opts, algorithm=design)
     run = _Run.start(arrays, opts, comm)
     result = Result(run.params, run.net, first_layer=run.ws.plan.describe(), design=opts.algorithm, trial_step_s=trials)
+    result.fused, result.layout = run.exchange.fused_update, run.exchange.describe()
     start_epoch = 0
     if store is not None and comm.rank == 0:
         start_epoch, result.metrics = store.resume(opts, arrays, comm.size, run.params)

@@ -5,7 +5,7 @@ import csv
 import os
 import platform
 import socket
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +14,6 @@ from mpinet import __version__
 from mpinet.datasets import dataset
 from mpinet.engine import blas
 from mpinet.engine.comm import Comm, mpi_library_version
-from mpinet.engine.designs import exchange_class
 from mpinet.engine.loop import METRIC_COLUMNS, Result
 from mpinet.engine.machine import this_machine
 from mpinet.engine.options import Options, data_ranks, train_size
@@ -84,11 +83,13 @@ def run_timeline(result: Result, opts: Options, meta: dict) -> dict | None:
 
 
 def run_metadata(
-    comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays, launcher: str | None = None, first_layer=""
+    comm: Comm, opts: Options, data_dir: str, arrays: dataset.Arrays, launcher: str | None = None, result=None
 ) -> dict:
     """Provenance for run.json; called on every rank (host names are gathered). `launcher` is the
-    line that started the ranks, as the workflow passed it; `first_layer` this rank's plan of the first
-    layer (Result.first_layer)."""
+    line that started the ranks, as the workflow passed it; `result` (a Result) what this rank trained:
+    the design (auto's choice), its exchange's layout and the first layer's plan."""
+    result = result or Result(np.empty(0), None, design=opts.algorithm, fused=comm.mpi is None)
+    opts = replace(opts, algorithm=result.design)
     from threadpoolctl import threadpool_info
 
     hosts = comm.gather_strings(f"{socket.gethostname()} {os.cpu_count() or 1}")
@@ -98,7 +99,7 @@ def run_metadata(
     cores = dict(h.rsplit(" ", 1) for h in hosts)  # host -> its CPUs
     models = dict(zip((h.rsplit(" ", 1)[0] for h in hosts), comm.gather_strings(cpu_model())))
     m = this_machine()
-    plans = comm.gather_objects({"l2_bytes": m.l2_bytes, "l2_source": m.l2_source, "first_layer": first_layer})
+    plans = comm.gather_objects({"l2_bytes": m.l2_bytes, "l2_source": m.l2_source, "first_layer": result.first_layer})
     meta = {
         "ranks": comm.size,
         "data_ranks": data_ranks(opts.algorithm, comm.size),
@@ -131,12 +132,16 @@ def run_metadata(
         "blas_threads": opts.blas_threads,
         # the step's update folded into the gradient GEMM (mpinet.engine.blas): serial and local SGD's own
         # steps, where numpy's BLAS allows it; False means matmul, then subtract (slower, same numbers)
-        "fused_update": bool(_steps_in_backward(opts, comm) and blas.fused_available(opts.dtype)),
+        "fused_update": bool(result.fused and blas.fused_available(opts.dtype)),
         "affinity": [[int(c) for c in a.split(",") if c] for a in affinity],  # by rank
         "environment": {k: os.environ[k] for k in RECORDED_ENVIRONMENT if k in os.environ},
         # set by srun in every task it starts: shows the ranks came from SLURM, and how many
         "slurm": {k: os.environ[k] for k in SLURM_VARIABLES if k in os.environ},
     }
+    meta["design"] = result.design  # what trained: the options' algorithm, or what auto chose
+    meta.update(result.layout)  # how the design laid its ranks out (a grid's shape), where it chooses
+    if result.trial_step_s:
+        meta["auto_trial_step_s"] = result.trial_step_s
     if comm.mpi is not None:
         import mpi4py
 
@@ -162,10 +167,3 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
-
-
-def _steps_in_backward(opts: Options, comm: Comm) -> bool:
-    """Whether this design's update is folded into a GEMM: in backward (serial, local SGD) or in the
-    exchange (allgather's first layer, node's); mpinet.engine.exchanges' fused_update."""
-    exchange = exchange_class(opts.algorithm, opts.sync_every)
-    return comm.mpi is None or exchange.fused_update
