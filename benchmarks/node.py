@@ -6,10 +6,11 @@ pandas and threadpoolctl; no Snakemake, no venv): `PYTHONPATH=src python3 benchm
 Workload: Intel-shaped synthetic data (150x150x3 uint8 pixels, as preparation stores unstandardized
 images; 6 classes, random labels), float32, per-rank batch b, one BLAS thread a rank, ranks bound
 to cores where they fit. For each b the training set holds --steps global batches of the largest P,
-so every cell runs at least that many steps an epoch. Each cell is one launch of the real trainer
-(`python -m mpinet.train`): its first epoch is warm-up, the median of the other --epochs is the
-cell's epoch time, with a 95 % bootstrap interval over those epochs (one launch: the interval covers
-that launch's epochs, not the spread between launches). Speedup and efficiency divide this
+so every cell runs at least that many steps an epoch. Each cell is --launches launches of the real
+trainer (`python -m mpinet.train`): a launch's first epoch is warm-up, the median of the other
+--epochs over all launches is the cell's epoch time, with a 95 % bootstrap interval over the launches
+and their epochs (with one launch it covers that launch's epochs, not the spread between launches,
+which on a 16-core node reached 25 % for one design). Speedup and efficiency divide this
 engine's serial epoch at the same b by the cell's, both measured in this run.
 
 The model, calibrated first (one short MPI job per P, every rank running the same kernels at once,
@@ -20,8 +21,10 @@ of 8 bytes and of the gradient (α and β). Predicted epoch = steps x the design
 serial: its fused step; allreduce: gradient + Allreduce + update; node: the step without the first
 layer's gradient + its exchange (the errors through the window, its columns' update, two barriers);
 paramserver: gradient + 2 (P - 1) gradient-sized messages (the server serves the workers in turn);
-allgather and sharded: mpinet.analysis.costmodel's formulas with this node's compute per sample
-and α, β.
+sharded and grid: a group's step (S x b rows converted, the rank's units of the first layer, the small
+layers) calibrated at every S that divides P, its gather, and the groups' Allreduce of 1/S of the
+gradient (the measured one scaled by its bytes); allgather: mpinet.analysis.costmodel's formula with
+this node's compute per sample and α, β.
 
 Prints a line per finished cell and rewrites the JSON and Markdown after every cell, so a run cut
 off keeps what finished; --budget stops starting cells once that many seconds have passed.
@@ -121,7 +124,8 @@ def parse_args(argv):
     p.add_argument("--designs", nargs="+", default=list(DESIGNS), choices=DESIGNS, help="designs beside serial")
     p.add_argument("--batches", type=int, nargs="+", default=[32, 4], help="per-rank batch sizes")
     p.add_argument("--steps", type=int, default=16, help="global steps an epoch at the largest rank count")
-    p.add_argument("--epochs", type=int, default=3, help="timed epochs a cell (one more runs as warm-up)")
+    p.add_argument("--epochs", type=int, default=3, help="timed epochs a launch (one more runs as warm-up)")
+    p.add_argument("--launches", type=int, default=1, help="launches a cell (the interval covers their spread)")
     p.add_argument("--features", type=int, default=67500, help="input size (150x150x3 pixels for Intel)")
     p.add_argument("--hidden", type=int, nargs="+", default=[30, 20], help="hidden layer sizes")
     p.add_argument("--budget", type=float, default=460, help="start no cell after this many seconds")
@@ -167,33 +171,42 @@ def launcher(p: int, cores: int) -> list[str]:
 
 
 def run_cell(data: Path, tmp: Path, design: str, p: int, b: int, a, cores: int) -> dict:
-    """One launch of the trainer (or of DDP): its timed epochs' median and 95 % interval."""
-    chosen = None
-    if design == "ddp":
-        times = bench.run_ddp(data, b, "float32", tuple(a.hidden), a.epochs, p, 0)["epochs_s"]
-    else:
-        out = tmp / f"run-{design}-{p}-{b}"
-        args = ["--data", data, "--out", out, "--algorithm", design, "--expect-ranks", p, "--batch-size", b]
-        args += ["--hidden", *a.hidden, "--epochs", a.epochs + 1, "--learning-rate", 0.01]
-        args += ["--standardize", "false", "--shuffle", "batches"]
-        cmd = [sys.executable] if design == "serial" else launcher(p, cores)
-        subprocess.run([*cmd, "-m", "mpinet.train", *map(str, args)], check=True, capture_output=True, timeout=600)
-        import pandas as pd
-
-        m = pd.read_csv(out / "metrics.csv").iloc[1:]  # epoch 1 is warm-up (page faults, first touches)
-        times = [float(t) for t in m["time_s"]]
-        chosen = json.loads((out / "run.json").read_text())["design"]  # auto's choice
-    s = bench.spread([{"epochs_s": times}])
+    """--launches launches of the trainer (or of DDP): their timed epochs' median and 95 % interval, and
+    what each launch trained with (auto's choice, a grid's shape)."""
+    launches, chose = [], []
+    for _ in range(a.launches):
+        if design == "ddp":
+            launches.append(bench.run_ddp(data, b, "float32", tuple(a.hidden), a.epochs, p, 0)["epochs_s"])
+            continue
+        times, meta = launch(data, tmp, design, p, b, a, cores)
+        launches.append(times)
+        grid = meta.get("grid")
+        chose.append(meta["design"] + (f" {grid['groups']}x{grid['shards']}" if grid else ""))
+    s = bench.spread([{"epochs_s": t} for t in launches])
     return {
         "design": design,
-        "chose": chosen if design == "auto" else None,
+        "chose": ", ".join(dict.fromkeys(chose)) or None,  # what trained: auto's choice, a grid's shape
         "ranks": p,
         "batch": b,
         "epoch_s": s["median"],
         "low": s["low"],
         "high": s["high"],
-        "epochs_s": times,
+        "epochs_s": [t for times in launches for t in times],
     }
+
+
+def launch(data: Path, tmp: Path, design: str, p: int, b: int, a, cores: int) -> tuple[list[float], dict]:
+    """One launch of the trainer: its timed epochs' seconds and its run.json."""
+    import pandas as pd
+
+    out = tmp / f"run-{design}-{p}-{b}"
+    args = ["--data", data, "--out", out, "--algorithm", design, "--expect-ranks", p, "--batch-size", b]
+    args += ["--hidden", *a.hidden, "--epochs", a.epochs + 1, "--learning-rate", 0.01]
+    args += ["--standardize", "false", "--shuffle", "batches"]
+    cmd = [sys.executable] if design == "serial" else launcher(p, cores)
+    subprocess.run([*cmd, "-m", "mpinet.train", *map(str, args)], check=True, capture_output=True, timeout=600)
+    m = pd.read_csv(out / "metrics.csv").iloc[1:]  # epoch 1 is warm-up (page faults, first touches)
+    return [float(t) for t in m["time_s"]], json.loads((out / "run.json").read_text())
 
 
 def calibrate(data: Path, p: int, a, cores: int) -> dict:
@@ -236,7 +249,7 @@ def calibrate_worker(a) -> int:
 
     node = NodeShared(Comm(world), net.sizes, max(a.batches), np.float32)
     weights, node_grads = node.hold(params)
-    out = {"grad_s": {}, "fused_s": {}, "partial_s": {}, "node_s": {}}
+    out = {"grad_s": {}, "fused_s": {}, "partial_s": {}, "node_s": {}, "shard_s": {}}
     for b in a.batches:
         ws, buf = Workspace(net, b), np.empty((b, a.features), dtype=np.float32)
         y = rng.integers(0, CLASSES, b)
@@ -259,6 +272,9 @@ def calibrate_worker(a) -> int:
         factors = Factors(rows(), d, [b] * size, x_all, np.arange(size * b) % len(x_all))
         node.factors = factors
         out["node_s"][str(b)] = timed(lambda: node.step(weights, node_grads, Step(0, 1, *[None] * 3, 0.0)))
+        out["shard_s"][str(b)] = {
+            str(g): timed(_shard_step(net, layers, grad_layers, x_all, b, g)) for g in _shards(size)
+        }
     node.close()
     out["update_s"] = timed(lambda: np.subtract(params, grads, out=params))
     summed = np.zeros_like(params)
@@ -267,6 +283,35 @@ def calibrate_worker(a) -> int:
     if rank == 0:
         print(json.dumps(out))
     return 0
+
+
+def _shards(ranks: int) -> list[int]:
+    """The shard counts S of the grids G x S = ranks with more than one shard (S = ranks: sharded)."""
+    return [s for s in range(2, ranks + 1) if ranks % s == 0]
+
+
+def _shard_step(net, layers, grad_layers, x_all, b: int, shards: int):
+    """A step's compute on one rank of a group of `shards` (sharded, a grid): its units of the first
+    layer for the group's S x b rows, the small layers on them, its units' update (no exchange)."""
+    from mpinet.datasets.dataset import features
+    from mpinet.engine.comm import even_split
+    from mpinet.engine.model import Workspace, backward, first_layer_units, forward
+
+    rows, units = shards * b, net.sizes[1]
+    ws, buf = Workspace(net, rows), np.empty((rows, net.sizes[0]), dtype=np.float32)
+    mine = slice(0, even_split(units, shards)[0])
+    zt = np.zeros((units, rows), dtype=np.float32)
+    y = np.arange(rows) % CLASSES
+    step = iter(range(10**9))
+
+    def run():
+        start = next(step) * rows % (len(x_all) - rows + 1)
+        x = features(np.asarray(x_all[start : start + rows]), buf)
+        zt[mine] = first_layer_units(layers[0][0][mine], x, ws)
+        forward(net, layers, x, ws, first_t=zt)
+        backward(net, layers, grad_layers, x, y, ws, 1e-20, update=True, first=mine)
+
+    return run
 
 
 def _ping_pong(world, buf) -> float:
@@ -306,12 +351,31 @@ def predict(design: str, p: int, b: int, samples: int, calibration: dict, a) -> 
         return steps * (c["partial_s"][str(b)] + c["node_s"][str(b)])
     if design == "paramserver":
         return steps * (grad + 2 * (p - 1) * c["message_s"])
+    if design in ("sharded", "grid"):
+        return steps * _grid_step(design, p, b, c, a)
     from mpinet.analysis.costmodel import Link, epoch_seconds
 
     nbytes = Net((a.features, *a.hidden, CLASSES)).n_params * 4
     beta = max(c["message_s"] - c["latency_s"], 0.0) / nbytes
     sizes = (a.features, *a.hidden, CLASSES)
     return epoch_seconds(design, p, samples, b, grad / b, sizes, 4, Link(c["latency_s"], beta))
+
+
+def _grid_step(design: str, p: int, b: int, c: dict, a) -> float:
+    """A sharded or grid step: the calibrated compute of a rank of a group of S, the group's gather of
+    the first layer's outputs, and (a grid) the groups' reduction of 1/S of the gradient, priced as the
+    measured Allreduce of the whole one scaled by the bytes every rank moves in it."""
+    from mpinet.analysis.costmodel import Link, allgather_seconds
+    from mpinet.engine.grid import grid_shape
+
+    sizes = (a.features, *a.hidden, CLASSES)
+    groups, shards = (1, p) if design == "sharded" else grid_shape(p, sizes, b, 4)
+    nbytes = Net(sizes).n_params * 4
+    link = Link(c["latency_s"], max(c["message_s"] - c["latency_s"], 0.0) / nbytes)
+    compute = c["shard_s"][str(b)][str(shards)] if shards > 1 else c["grad_s"][str(b)] + c["update_s"]
+    gather = allgather_seconds(shards, shards * b * sizes[1] * 4, link)
+    reduced = (groups - 1) / groups / shards / ((p - 1) / p) if groups > 1 else 0.0
+    return compute + gather + c["allreduce_s"] * reduced
 
 
 def write(report: dict, stem: Path, a) -> None:
@@ -327,11 +391,13 @@ def markdown(report: dict, a) -> str:
         "",
         f"Machine: {report['machine']}. Workload: {a.features} uint8 pixels a sample, net "
         f"{a.features}-{'-'.join(map(str, a.hidden))}-{CLASSES}, float32, 1 BLAS thread a rank, {a.steps} global "
-        f"steps an epoch at the largest rank count, {a.epochs} timed epochs a cell (one launch; interval over its "
-        "epochs). Speedup and efficiency: this engine's serial epoch at the same batch ÷ the cell's.",
+        f"steps an epoch at the largest rank count, {a.epochs} timed epochs a launch, {a.launches} launch(es) a cell "
+        "(interval over the launches and their epochs). Speedup and efficiency: this engine's serial epoch at "
+        "the same batch ÷ the cell's.",
         "",
-        "| design | ranks | batch/rank | epoch s [95 %] | speedup | efficiency | model s | model error | DDP ÷ ours |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| design | ranks | batch/rank | trained | epoch s [95 %] | speedup | efficiency | model s | model error "
+        "| DDP ÷ ours |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (design, p, b), c in done.items():
         serial = done.get(("serial", 1, b))
@@ -340,7 +406,8 @@ def markdown(report: dict, a) -> str:
         error = c["model_s"] / c["epoch_s"] - 1
         versus = ddp["epoch_s"] / c["epoch_s"] if ddp and design != "ddp" else float("nan")
         lines.append(
-            f"| {design} | {p} | {b} | {c['epoch_s']:.3f} [{c['low']:.3f}, {c['high']:.3f}] | {_f(speedup, 2)} | "
+            f"| {design} | {p} | {b} | {c.get('chose') or '-'} | {c['epoch_s']:.3f} [{c['low']:.3f}, {c['high']:.3f}] "
+            f"| {_f(speedup, 2)} | "
             f"{_f(100 * speedup / p, 0)} % | {_f(c['model_s'], 3)} | {_f(100 * error, 0)} % | {_f(versus, 2)} |"
         )
     best = _best(done, a.batches)

@@ -117,13 +117,14 @@ def test_node_benchmark_runs_from_a_bare_checkout_and_writes_every_design(tmp_pa
     assert p.returncode == 0, p.stderr[-3000:]
     table = next(tmp_path.glob("node-*.md")).read_text()
     rows = [r.split(" | ") for r in table.splitlines() if r.startswith("| ") and " | 600" not in r]
-    cells = {(r[0][2:], r[1], r[2]) for r in rows if r[1].isdigit() and len(r) == 9}
+    cells = {(r[0][2:], r[1], r[2]) for r in rows if r[1].isdigit() and len(r) == 10}
     from mpinet.engine.options import ALGORITHMS
 
     expected = {("serial", "1", b) for b in ("32", "4")}
     expected |= {(d, "2", b) for d in ALGORITHMS if d != "serial" for b in ("32", "4")}
     assert cells == expected
-    assert all(float(r[4]) > 0 and r[6] != "-" for r in rows if r[1].isdigit() and len(r) == 9)  # speedup, model
+    assert all(float(r[5]) > 0 and r[7] != "-" for r in rows if r[1].isdigit() and len(r) == 10)  # speedup, model
+    assert {r[3] for r in rows if r[0] == "| grid"} == {"grid 1x2"}  # the shape it trained with
     assert "Calibration" in table and "Best design per rank count" in table
     assert json.loads(next(tmp_path.glob("node-*.json")).read_text())["cells"]
     assert p.stdout.count(" epoch ") >= len(expected)  # a line per finished cell

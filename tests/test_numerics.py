@@ -22,6 +22,7 @@ EXPERIMENTS = {
     "allgather_2": (2, ("--algorithm", "allgather")),
     "sharded_3": (3, ("--algorithm", "sharded", "--shuffle", "batches")),
     "node_3": (3, ("--algorithm", "node", "--batch-size", 3)),
+    "grid_4": (4, ("--algorithm", "grid")),  # the engine's shape for these sizes: 2 groups x 2 shards
 }
 
 

@@ -88,6 +88,8 @@ NUMERICS = CodeFingerprint(
         # each design's step in its class: the guard runs' weights the same bytes (allgather, sharded
         # and node joined them)
         "010db5c9050315ed": "d8023681db0bdf4e",
+        # 0.9.0: the grid design beside the others: the guard runs' weights the same bytes (grid joined them)
+        "5816d75ab11d8301": "d8023681db0bdf4e",
     },
 )
 # what lands in resources/raw/<dataset>: the download, the checksum check and the unpacking

@@ -44,13 +44,22 @@ def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, list[tuple[str, dict]]]:
         m["isolation"] = meta.get("timing", {}).get("isolation", "unknown")
         m["cores"] = meta.get("cores", 0)
         m["nodes"] = len(meta.get("hosts", [])) or 1  # the hosts the ranks ran on, not the ones asked for
+        m["trained_as"] = trained_as(meta, run["algorithm"])
         m["run_dir"] = str(d)
         frames.append(m)
     # train_samples is an experiment key (0: all) and here the samples the run trained on
-    front = list(dict.fromkeys([*PARAMS, "run_dir", "train_samples", "features", "classes", "isolation", "nodes"]))
+    front = [*PARAMS, "run_dir", "train_samples", "features", "classes", "isolation", "nodes", "trained_as"]
+    front = list(dict.fromkeys(front))
     front.append("cores")
     df = pd.concat(frames, ignore_index=True)
     return df[front + [c for c in df.columns if c not in front]], records
+
+
+def trained_as(meta: dict, algorithm: str) -> str:
+    """The design a run trained with, as run.json records it: auto's choice, a grid with its shape
+    ("grid 2x4": groups x shards); the algorithm itself for runs recorded before 0.8.0."""
+    grid = meta.get("grid")
+    return meta.get("design", algorithm) + (f" {grid['groups']}x{grid['shards']}" if grid else "")
 
 
 ISOLATED = ("one-at-a-time", "exclusive-node")  # run.json isolation modes whose timings stand alone
@@ -146,6 +155,7 @@ def run_row(run_dir: str, g: pd.DataFrame, target_accuracy: float) -> dict:
         "median_wait_max_s": _median_of(timed, "wait_max_s"),
         "median_transfer_s": _median_of(timed, "transfer_s"),
         "nodes": first.get("nodes", 1),
+        "trained_as": first.get("trained_as", first["algorithm"]),
         "isolated": first.get("isolation", "unknown") in ISOLATED,
         # more ranks x threads than the hosts had cores: no speedup can be expected
         "oversubscribed": 0 < first.get("cores", 0) < first["ranks"] * first.get("blas_threads", 1),

@@ -25,13 +25,17 @@ from mpinet.engine.model import Net
 REDUCED_BYTE = 3.0
 # the passes over a rank's part of the first layer a step makes: forward, gradient, update
 WEIGHT_PASSES = 3
+# and over the group's rows: stored pixels read and written as values, read by the forward and the
+# update GEMMs (the few units of a shard make those GEMMs stream the rows, not compute)
+ROW_PASSES = 4
 
 
 def step_bytes(ranks: int, shards: int, sizes: tuple[int, ...], batch: int, itemsize: int) -> float:
     """What one rank moves in a step of a G x S grid (G = ranks / shards), in streamed bytes: the
-    group's rows through its units, its 1/S of the first layer's weights, and their reduction."""
+    group's rows through its units, its 1/S of the first layer's weights, and their reduction. The
+    ratios are this node's (the module's constants); a run's trial (`auto`) sees the rest."""
     groups, n_in, units = ranks // shards, sizes[0], sizes[1]
-    rows = shards * batch * n_in * itemsize
+    rows = ROW_PASSES * shards * batch * n_in * itemsize
     weights = units * n_in * itemsize / shards
     reduced = 2 * (groups - 1) / groups * weights * REDUCED_BYTE
     gathered = (shards - 1) / shards * units * shards * batch * itemsize  # the first layer's outputs
