@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.study.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: docs test-fast test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-nodes install-profile clean help
+.PHONY: numerics-lock docs test-fast test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
@@ -32,6 +32,7 @@ help:
 	@echo "make report           (re)build results/<study>/report.html from what has run"
 	@echo "make test             set up .venv, then ruff, snakefmt, snakemake --lint and the whole pytest suite"
 	@echo "make test-fast        the unit tests alone (no MPI launcher, Snakemake run, cluster or compiler; about a minute)"
+	@echo "make numerics-lock    after an engine change: train the guard runs and map the code to its numbers' fingerprint"
 	@echo "make lint             only the linters (ruff, ruff format --check, snakefmt --check, snakemake --lint)"
 	@echo "make docs             build the manual into site/ (MkDocs, strict: a broken link or anchor fails)"
 	@echo "make benchmark        the performance benchmarks (print tables; bench.py also writes benchmarks/results/)"
@@ -116,6 +117,10 @@ test: lint
 	@# test_slurm.py (partition debug) beside test_slurm_nodes.py (partition nodes), then the restart
 	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadfile --durations=8
 	pytest -m restarts_cluster
+
+# the numerics lock's entry for the engine's code (docs/reruns.md): the guard runs decide, not a hand
+numerics-lock: setup
+	MPINET_LOCK_NUMERICS=1 pytest -q -p no:cacheprovider tests/test_numerics.py -k lock
 
 test-fast: setup
 	pytest -m "$(UNIT)" -n 2 -p no:cacheprovider

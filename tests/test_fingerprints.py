@@ -4,6 +4,7 @@ fingerprint, and a comment, a docstring or a help text does not. The workflow te
 on a dry run (tests/test_workflow.py: test_a_code_change_plans_the_steps_that_import_it_and_nothing_else)."""
 
 import dataclasses
+import json
 import re
 
 import pytest
@@ -142,6 +143,25 @@ def test_each_format_is_prepared_under_its_own_fingerprint_and_no_other_format_s
         assert FORMATS[fmt] in fp.modules() and not others & set(fp.modules()), fmt
 
 
-def test_a_version_bump_undoes_a_same_entry():
-    bumped = dataclasses.replace(NUMERICS, version=NUMERICS.version + 1)
-    assert bumped.value() == bumped.code_hash() and bumped.value() not in NUMERICS.same.values()
+def test_the_numerics_lock_names_known_code_and_leaves_an_edit_its_own_hash(tmp_path):
+    """Code the lock knows runs under the fingerprint the lock gives it; an edit the lock does not know
+    (a user's) runs under its own code hash, so it reruns; an entry for it (what `make numerics-lock`
+    writes) maps it; a version bump is new code again."""
+    package = EditedPackage(tmp_path)
+    guard = package.guard(NUMERICS)
+    assert guard.value() == NUMERICS.value() != NUMERICS.code_hash()  # this code is in the lock
+    model = package.root / "engine" / "model.py"
+    text = model.read_text()
+    model.write_text(text.replace("def _sigmoid(", "def _unused():\n    pass\n\n\ndef _sigmoid(", 1))
+    fingerprints._code_hash.cache_clear()
+    edited = guard.code_hash()
+    assert guard.value() == edited != NUMERICS.value()
+    lock = package.root / NUMERICS.lock
+    entries = json.loads(lock.read_text())
+    entries["entries"][edited] = {"fingerprint": NUMERICS.value()}
+    lock.write_text(json.dumps(entries))
+    assert guard.value() == NUMERICS.value()
+    bumped = dataclasses.replace(guard, version=NUMERICS.version + 1)
+    assert bumped.value() == bumped.code_hash() not in fingerprints.read_lock(lock).values()
+    model.write_text(text)
+    fingerprints._code_hash.cache_clear()

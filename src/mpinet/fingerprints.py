@@ -16,17 +16,19 @@ command line, run.json and the checkpoint format (mpinet.train, .runfiles, .chec
 while everything that decides a run's numbers or the rows it trains on (the model, the BLAS call,
 the exchange, the data as the trainer reads it, the options and their checks) is in.
 
-Guard tests fail when a job's output changes while its fingerprint does not
-(tests/test_numerics.py: tiny fixed trainings' weights; tests/test_preparation.py: fetched and
-prepared files). A refactor the guard shows to give the recorded output keeps the fingerprint
-through an entry in `same` (the code's new hash -> the fingerprint before it), so upgrading over it
-reruns nothing. A change that makes the engine faster with the same weights is not such a
-refactor: a run's timings are its numbers too, and a study whose serial baseline and parallel runs
-came from two engines would divide one engine's time by the other's.
+Guard tests fail when a job's output changes while its fingerprint does not. Training's refactors
+are found by running them: the numerics lock (numerics_lock.json, beside this module) maps each
+engine code hash to the fingerprint whose weights the guard runs give, and `make numerics-lock`
+(tests/test_numerics.py) writes the current code's entry, so no hash is typed by hand; code the
+lock does not know runs under its own hash. The data fingerprints keep a hand-kept `same` table
+(tests/test_preparation.py guards it). Either way upgrading over a refactor reruns nothing. Timings
+are not numbers here: a run records the engine that timed it (its code hash) and a speedup divides
+only timings of one engine (mpinet.analysis.aggregate).
 """
 
 import ast
 import hashlib
+import json
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -43,11 +45,16 @@ class CodeFingerprint:
     # refactors after which the guard test still gives the recorded output: code hash -> fingerprint
     same: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     root: Path = PACKAGE
+    lock: str = ""  # a JSON file beside the package's modules holding such entries, written by a command
 
     def value(self) -> str:
         """The fingerprint jobs run under: the code's hash, or the one it computes the same as."""
         h = self.code_hash()
-        return self.same.get(h, h)
+        return self.known().get(h, h)
+
+    def known(self) -> dict[str, str]:
+        """Every code hash known to compute as an earlier one: `same`, and the lock's entries."""
+        return {**self.same, **read_lock(self.root / self.lock)} if self.lock else dict(self.same)
 
     def code_hash(self) -> str:
         """sha256 of the name, the version and the code shapes of the modules in the closure."""
@@ -58,40 +65,9 @@ class CodeFingerprint:
         return closure(self.entries, self.root)
 
 
-# a training run's numbers (its weights and its timings); checkpoints and run.json carry it too
-NUMERICS = CodeFingerprint(
-    "numerics",
-    1,
-    ("mpinet.engine.loop",),
-    # 0.4.0: the engine subpackage, its modules derived from the loop's imports (options in;
-    # checkpoints and file writing out); the same weights as 0.3.0's d8023681db0bdf4e.
-    # 0.5.0: step-time percentiles and the timeline's record of the last epoch's first steps; the same
-    # weights, and the same epoch times within noise (benchmarks/recording.py)
-    # 0.6.0: the allgather and sharded designs, and the first layer's blocking derived from the
-    # machine's L2 (the same block on a 1 MiB L2, where the reference was recorded): bit for bit the
-    # same weights (also at 20000 inputs and batch 4, where the blocks engage, against v0.5.0)
-    {
-        "30bca31b8bb6a244": "d8023681db0bdf4e",
-        "79a13989dac9994d": "d8023681db0bdf4e",
-        "7a7a80c08692d737": "d8023681db0bdf4e",
-        # 0.7.0: uint8 pixels read as pixel * (1/255) in float32 (mpinet.datasets.pixels): the same
-        # weights from float32 data, and from pixels the weights of their float32 values
-        "6d565c4ae0e2c92a": "d8023681db0bdf4e",
-        "a23959b00e627f20": "d8023681db0bdf4e",  # 0.7.0: the features' dtype checked at load
-        "83b13ac0443e0356": "d8023681db0bdf4e",  # 0.7.0's review: pixels' standardization unchecked
-        "dbab008d709c6bf4": "d8023681db0bdf4e",  # 0.7.1: pixels' channel counts summed by the BLAS
-        "14894810b4862a28": "d8023681db0bdf4e",  # 0.7.1: plain views of the memory maps (no Python a slice)
-        "aeba982056b82a39": "d8023681db0bdf4e",  # 0.7.1: the labels too
-        "bc03f289428eef66": "d8023681db0bdf4e",  # 0.7.1: each exchange builds itself; one bcast
-        "c3819be58b9e3521": "d8023681db0bdf4e",  # 0.7.2: the server's inbox sized by Net.n_params
-        # 0.8.0: the node design (one shared copy of the weights per node) and auto beside the others,
-        # each design's step in its class: the guard runs' weights the same bytes (allgather, sharded
-        # and node joined them)
-        "010db5c9050315ed": "d8023681db0bdf4e",
-        # 0.9.0: the grid design beside the others: the guard runs' weights the same bytes (grid joined them)
-        "5816d75ab11d8301": "d8023681db0bdf4e",
-    },
-)
+# a training run's numbers (its weights); checkpoints and run.json carry it too. Its refactors that
+# keep the weights are found by the guard runs and written to the lock by `make numerics-lock`
+NUMERICS = CodeFingerprint("numerics", 1, ("mpinet.engine.loop",), lock="numerics_lock.json")
 # what lands in resources/raw/<dataset>: the download, the checksum check and the unpacking
 FETCHING = CodeFingerprint(
     "fetching",
@@ -134,6 +110,13 @@ PREPARATION = {
 }
 # the generated stand-in for the Intel archive
 SYNTHESIS = CodeFingerprint("synthesis", 1, ("mpinet.datasets.synthetic",))
+
+
+def read_lock(path: Path) -> dict[str, str]:
+    """A lock file's code hash -> fingerprint entries (none when there is no file)."""
+    if not path.is_file():
+        return {}
+    return {h: e["fingerprint"] for h, e in json.loads(path.read_text())["entries"].items()}
 
 
 def job_code(*entries: str) -> str:
