@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.study.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: numerics-lock docs test-fast test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-nodes install-profile clean help
+.PHONY: retime numerics-lock docs test-fast test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
@@ -25,6 +25,7 @@ help:
 	@echo "make slurm-run        the same on a SLURM cluster (PROFILE=$(PROFILE)): experiments pooled into few SLURM jobs, then the report"
 	@echo "make slurm-pilot      the same in one allocation on one whole node (PARTITION=...): many small experiments"
 	@echo "make status           each experiment of the study (CONFIG): done, running, failed (with its error) or missing"
+	@echo "make retime           train again the runs of the study (CONFIG) another engine timed, so every speedup divides one engine's times"
 	@echo "make leftovers        run directories no study in config/ lists any more (REMOVE=1 deletes them and their logs)"
 	@echo "make compare A=results/x B=results/y  B / A of epoch time and speedup per shared experiment, with a verdict"
 	@echo "make check            the study's references: (CONFIG): exit 1 when a measured interval lies outside its band"
@@ -79,6 +80,14 @@ slurm-pilot: setup
 
 status: setup
 	@snakemake status --cores 1 --nolock --quiet all --configfile $(CONFIG)
+
+# the runs another engine timed (runs.csv's timed_by), trained again: the same weights, this engine's times
+retime: setup
+	@stale=$$(python -m mpinet.study.status stale $(CONFIG)) || exit 1; \
+	if [ -z "$$stale" ]; then echo "every run of study $(STUDY) was timed by this engine: nothing to retime"; exit 0; fi; \
+	echo "retiming $$(echo $$stale | wc -w) run(s) of study $(STUDY)"; \
+	snakemake --cores $(CORES) --configfile $(CONFIG) --forcerun $$stale && \
+	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/$(STUDY)/report.html
 
 leftovers: setup
 	@snakemake leftovers --cores 1 --nolock --quiet all --configfile $(CONFIG) --config remove_leftovers=$(if $(REMOVE),True,False)

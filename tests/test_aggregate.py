@@ -136,3 +136,30 @@ def test_the_report_front_page_opens_with_the_best_isolated_speedups(epochs, tmp
     allreduce = next(r for r in rows if "- allreduce" in r)
     assert "- 1.60" in allreduce  # seed 2's 3.0 was not timed alone: the seed-1 speedup is the headline
     assert "- 2.00" in next(r for r in rows if "- paramserver" in r)
+
+
+def test_a_speedup_divides_two_timings_of_one_engine_and_a_mix_is_named(epochs, tmp_path):
+    """An experiment added after an upgrade is timed by the new engine: its speedup against the old
+    engine's serial run is left out, named in the summary and on the front page with the command that
+    retimes it, and `make retime` lists the runs another engine timed."""
+    from mpinet.analysis.summary import end_of_run, headline_rst
+    from mpinet.study.status import stale_runs
+
+    mixed = epochs.assign(timed_by="old")
+    mixed.loc[mixed["run_dir"] == "allreduce-2-1", "timed_by"] = "new"
+    runs = summarize_runs(mixed, 0.9).set_index("run_dir")
+    assert math.isnan(runs.loc["allreduce-2-1", "speedup"]) and runs.loc["allreduce-2-1", "timing_mixed"]
+    assert runs.loc["paramserver-3-1", "speedup"] == 2.0 and not runs.loc["paramserver-3-1", "timing_mixed"]
+    runs.reset_index().to_csv(tmp_path / "runs.csv", index=False)
+    pd.DataFrame(columns=["status"]).to_csv(tmp_path / "references.csv", index=False)
+    for text in (
+        end_of_run(tmp_path / "runs.csv", tmp_path / "references.csv", "s1", "results/s1"),
+        headline_rst(tmp_path / "runs.csv", "", "s1"),
+    ):
+        assert "timings of 2 engines (new, old)" in text.lower() and "make retime" in text
+        assert "algorithm=allreduce, ranks=2" in text
+    assert sorted(stale_runs(tmp_path / "runs.csv", "new")) == sorted(
+        f"{d}/metrics.csv" for d in runs.index if d != "allreduce-2-1"
+    )
+    same = summarize_runs(epochs.assign(timed_by="new"), 0.9).set_index("run_dir")
+    assert same.loc["allreduce-2-1", "speedup"] == 1.6 and not same["timing_mixed"].any()

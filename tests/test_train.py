@@ -76,8 +76,12 @@ def test_run_json_says_whether_the_update_was_fused(small_dataset, tmp_path, ext
     """Allreduce sends the gradient, so it keeps the separate update; local SGD's own steps fold it,
     and Allgather folds it into the GEMM over the gathered factors."""
     extra = extra if extra[0] == "--algorithm" else ("--algorithm", "allreduce", *extra)
+    from mpinet.fingerprints import NUMERICS
+
     run_train(2, *_args(small_dataset, tmp_path / "o", *extra))
-    assert json.loads((tmp_path / "o" / "run.json").read_text())["fused_update"] is fused
+    meta = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert meta["fused_update"] is fused
+    assert meta["timed_by"] == NUMERICS.code_hash()  # the engine that timed it: this code
 
 
 @pytest.mark.mpi
@@ -544,6 +548,27 @@ def test_a_resumed_run_equals_an_uninterrupted_one_and_keeps_every_epoch(tmp_pat
     assert [r["epoch"] for r in result.metrics] == list(range(1, 9))
     assert np.array_equal(result.params, _serial(data, 8, None).params)
     assert not (ck.parent / ".checkpoint.npz.tmp.npz").exists()
+
+
+def test_each_epoch_names_the_engine_that_timed_it_across_a_resume(tmp_path):
+    """A checkpoint's rows say which engine timed them; a run resumed from another engine's epochs is
+    timed by both (run.json's timed_by joins them), so its speedup is never one engine's."""
+    from mpinet.engine.checkpoint import timed_by
+    from mpinet.fingerprints import NUMERICS
+
+    data = write_dataset(tmp_path / "d")
+    ck = tmp_path / "ck" / "checkpoint.npz"
+    with pytest.raises(KeyboardInterrupt):
+        _serial(data, 6, ck, log=_stop_after(3))
+    sidecar = ck.with_name(ck.name + ".metrics.jsonl")
+    rows = [json.loads(line) for line in sidecar.read_text().splitlines()]
+    assert {r["timed_by"] for r in rows} == {NUMERICS.code_hash()}
+    # the same epochs as an engine before an upgrade timed them (the same numbers: resumed)
+    sidecar.write_text("".join(json.dumps({**r, "timed_by": "older"}) + "\n" for r in rows))
+    result = _serial(data, 6, ck)
+    assert result.resumed_from_epoch == 2
+    assert timed_by(result.metrics) == f"older+{NUMERICS.code_hash()}"
+    assert timed_by(_serial(data, 2, None).metrics) == NUMERICS.code_hash()
 
 
 def test_checkpoints_are_spaced_by_the_interval(tmp_path):

@@ -9,6 +9,7 @@ DATA_ROOT = "resources/data"  # one prepared dataset per folder
 RUNS_ROOT = "results/runs"
 TRAIN_LOGS = "logs/train"
 CHECKPOINTS = "results/checkpoints"
+RESULTS_ROOT = "results"  # results/<study>/: a study's tables, figures and report
 # a finished run's files; the record comes last, so its presence means the others are complete
 METRICS_FILE = "metrics.csv"
 CONFUSION_FILE = "confusion.csv"
@@ -41,6 +42,15 @@ class RunPaths:
     @property
     def record(self) -> Path:
         return self.dir / RECORD_FILE
+
+
+def study_dir(study: str) -> Path:
+    return Path(RESULTS_ROOT, study)
+
+
+def runs_table(study_directory: str | Path) -> Path:
+    """A study's runs.csv: one row per run (mpinet.analysis.aggregate)."""
+    return Path(study_directory, "metrics", "runs.csv")
 
 
 def output_key(filename: str) -> str:

@@ -10,7 +10,7 @@ rule aggregate:
             labels={"table": "per epoch"},
         ),
         runs=report(
-            f"{STUDY_DIR}/metrics/runs.csv",
+            str(runs_table(STUDY_DIR)),
             caption="../report/runs.rst",
             category="Tables",
             labels={"table": "per run"},

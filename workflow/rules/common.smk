@@ -35,7 +35,16 @@ from mpinet.engine import mpilib
 from mpinet.launch import launcher, walltime
 from mpinet.analysis.figures import FIGURES
 from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION, SYNTHESIS, job_code, script_code
-from mpinet.layout import RECORD_FILE, RUN_FILES, RUNS_ROOT, TRAIN_LOGS, RunPaths, output_key
+from mpinet.layout import (
+    RECORD_FILE,
+    RUN_FILES,
+    RUNS_ROOT,
+    TRAIN_LOGS,
+    RunPaths,
+    output_key,
+    runs_table,
+    study_dir,
+)
 from mpinet.engine.checkpoint import remove_finished
 from mpinet.engine.options import ALGORITHMS
 from mpinet.launch.slurm import TrainingJob, check_fits, partitions, training_mem_per_cpu
@@ -72,7 +81,7 @@ ISOLATION = "one-at-a-time" if ISOLATE else "shared"
 # an experiment that two studies list is trained once.
 STUDY = study_name(config, workflow.config_settings.configfiles)
 workflow_start = time.time()
-STUDY_DIR = f"results/{STUDY}"
+STUDY_DIR = str(study_dir(STUDY))
 
 # Where an experiment's files live: <root>/<dataset>/<grid path> under the roots of mpinet.layout.
 # One directory level per grid column under results/runs/<dataset>/ (dataset is its own level).

@@ -45,10 +45,11 @@ def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, list[tuple[str, dict]]]:
         m["cores"] = meta.get("cores", 0)
         m["nodes"] = len(meta.get("hosts", [])) or 1  # the hosts the ranks ran on, not the ones asked for
         m["trained_as"] = trained_as(meta, run["algorithm"])
+        m["timed_by"] = timing_engine(meta)
         m["run_dir"] = str(d)
         frames.append(m)
     # train_samples is an experiment key (0: all) and here the samples the run trained on
-    front = [*PARAMS, "run_dir", "train_samples", "features", "classes", "isolation", "nodes", "trained_as"]
+    front = [*PARAMS, "run_dir", "train_samples", "features", "classes", "isolation", "nodes", "trained_as", "timed_by"]
     front = list(dict.fromkeys(front))
     front.append("cores")
     df = pd.concat(frames, ignore_index=True)
@@ -60,6 +61,12 @@ def trained_as(meta: dict, algorithm: str) -> str:
     ("grid 2x4": groups x shards); the algorithm itself for runs recorded before 0.8.0."""
     grid = meta.get("grid")
     return meta.get("design", algorithm) + (f" {grid['groups']}x{grid['shards']}" if grid else "")
+
+
+def timing_engine(meta: dict) -> str:
+    """The engine that timed a run (run.json's timed_by: its code's hash); for a run recorded before
+    0.9.0, the release that recorded it (within a release the engine's code is one)."""
+    return meta.get("timed_by") or f"mpinet {meta.get('mpinet', 'unknown')}"
 
 
 ISOLATED = ("one-at-a-time", "exclusive-node")  # run.json isolation modes whose timings stand alone
@@ -99,7 +106,8 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
     rows = [run_row(run_dir, g, target_accuracy) for run_dir, g in epochs.groupby("run_dir", sort=False)]
     runs = pd.DataFrame(rows)
     weak = runs["samples_per_rank"] > 0
-    runs["_baseline"] = baseline_key(runs)
+    # a speedup divides two timings of one engine: the baseline is a serial run timed by this run's
+    runs["_baseline"] = baseline_key(runs) + "|" + runs["timed_by"].astype(str)
     serial = runs[(runs["algorithm"] == "serial") & (runs["ranks"] == 1)]
     g = serial.groupby("_baseline")
     base = pd.DataFrame({"serial_epoch_s": g["median_epoch_s"].mean(), "serial_isolated": g["isolated"].all()})
@@ -108,8 +116,9 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
     runs["speedup"] = ratio.where(~weak)
     # weak scaling: epoch time of 1 rank with K samples / epoch time of P ranks with P·K samples
     runs["weak_efficiency"] = ratio.where(weak)
-    # spread between separate launches of the same experiment (repeats): (max - min) / median
-    same = [c for c in PARAMS if c != "repeat"]
+    runs["timing_mixed"] = mixed_engines(runs)
+    # spread between separate launches of the same experiment (repeats) timed by one engine: (max - min) / median
+    same = [c for c in PARAMS if c != "repeat"] + ["timed_by"]
     t = runs.groupby(same, sort=False)["median_epoch_s"]
     runs["launch_spread"] = ((t.transform("max") - t.transform("min")) / t.transform("median")).where(
         t.transform("size") > 1
@@ -119,8 +128,27 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
     runs["efficiency"] = runs["speedup"] / runs["ranks"]  # per process started, the server included
     runs["target_accuracy"] = target_accuracy
     # 95 % intervals per experiment, over its launches and their epochs
-    runs = add_intervals(runs, timed_epochs(epochs), [c for c in PARAMS if c != "repeat"])
+    runs = add_intervals(runs, timed_epochs(epochs), same)
     return runs.drop(columns="_baseline")
+
+
+def mixed_engines(runs: pd.DataFrame) -> pd.Series:
+    """Per run, whether its speedup is left out because its serial baseline was timed only by another
+    engine, or it resumed another engine's checkpoint (timed_by joins two), or its experiment's
+    launches were timed by several engines."""
+    key = baseline_key(runs)
+    serial = (runs["algorithm"] == "serial") & (runs["ranks"] == 1)
+    baseline_engines = runs[serial].groupby(key[serial])["timed_by"].agg(set)
+    other = [
+        not is_serial and bool(engines := baseline_engines.get(k)) and engine not in engines
+        for k, engine, is_serial in zip(key, runs["timed_by"], serial)
+    ]
+    experiment = runs.groupby([c for c in PARAMS if c != "repeat"], sort=False)["timed_by"].transform("nunique")
+    return (
+        pd.Series(other, index=runs.index)
+        | runs["timed_by"].astype(str).str.contains("+", regex=False)
+        | (experiment > 1)
+    )
 
 
 def run_row(run_dir: str, g: pd.DataFrame, target_accuracy: float) -> dict:
@@ -156,6 +184,7 @@ def run_row(run_dir: str, g: pd.DataFrame, target_accuracy: float) -> dict:
         "median_transfer_s": _median_of(timed, "transfer_s"),
         "nodes": first.get("nodes", 1),
         "trained_as": first.get("trained_as", first["algorithm"]),
+        "timed_by": first.get("timed_by", "unknown"),
         "isolated": first.get("isolation", "unknown") in ISOLATED,
         # more ranks x threads than the hosts had cores: no speedup can be expected
         "oversubscribed": 0 < first.get("cores", 0) < first["ranks"] * first.get("blas_threads", 1),

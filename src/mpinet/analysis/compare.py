@@ -14,6 +14,7 @@ from mpinet import MpinetError
 from mpinet.analysis.environment import differences, read_environment
 from mpinet.analysis.figures import save_png
 from mpinet.files import atomic_path
+from mpinet.layout import runs_table
 from mpinet.study.experiments import COLUMNS, varying
 
 KEYS = ["dataset", *(c for c in COLUMNS if c != "repeat")]
@@ -23,7 +24,7 @@ VERDICTS = ("faster", "slower", "no difference detected")
 def runs_path(results: str | Path) -> Path:
     """runs.csv of a study's results directory (results/<study>), or the CSV itself."""
     path = Path(results)
-    return path if path.suffix == ".csv" else path / "metrics" / "runs.csv"
+    return path if path.suffix == ".csv" else runs_table(path)
 
 
 def read_runs(results: str | Path) -> pd.DataFrame:
@@ -54,6 +55,9 @@ def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
             rows.append({**row, "verdict": f"only in {next(iter(sides))}"})
             continue
         time = compare_launches(sides["A"]["median_epoch_s"].to_numpy(), sides["B"]["median_epoch_s"].to_numpy())
+        # whether B ÷ A compares one engine on two machines or two engines (an upgrade's change)
+        engines = [set(sides[s].get("timed_by", pd.Series(["unknown"])).astype(str)) for s in "AB"]
+        row["same_engine"] = engines[0] == engines[1]
         row.update(
             launches_a=time["launches_a"],
             launches_b=time["launches_b"],

@@ -92,12 +92,19 @@ def fit_link(nbytes, seconds, source: str = "") -> Link:
 def fit_compute(runs: pd.DataFrame) -> dict:
     """Seconds of compute per training sample, by COMPUTE_KEYS (the dataset and every option that
     decides compute time), from the 1-rank runs (serial or allreduce on 1 rank): median over them."""
-    one = runs[runs["ranks"] == 1]
+    one = _engines(runs[runs["ranks"] == 1])
     per_sample = one["median_compute_s"] / one["train_samples"]
-    return per_sample.groupby([one[k] for k in COMPUTE_KEYS]).median().to_dict()
+    return per_sample.groupby([one[k] for k in FIT_KEYS]).median().to_dict()
 
 
 COMPUTE_KEYS = ["dataset", *COMPUTE_OPTIONS]
+# and the engine that timed them: one engine's 1-rank runs never predict another's (runs.csv's timed_by)
+FIT_KEYS = [*COMPUTE_KEYS, "timed_by"]
+
+
+def _engines(runs: pd.DataFrame) -> pd.DataFrame:
+    """runs with their timed_by (one unnamed engine for tables that do not say)."""
+    return runs if "timed_by" in runs else runs.assign(timed_by="unknown")
 
 
 def allreduce_seconds(ranks: int, nbytes: float, itemsize: int, link: Link) -> float:
@@ -211,7 +218,7 @@ def layer_sizes(features: int, hidden: str, classes: int) -> tuple[int, ...]:
 def _work(run, compute: dict) -> tuple | None:
     """A run's (samples, batch size, seconds per sample, layer sizes, bytes per value) as
     epoch_seconds takes them, or None when no 1-rank run measured its compute."""
-    per_sample = compute.get(tuple(run[k] for k in COMPUTE_KEYS))
+    per_sample = compute.get(tuple(run.get(k, "unknown") for k in FIT_KEYS))
     if per_sample is None:
         return None
     sizes = layer_sizes(run["features"], run["hidden"], run["classes"])
@@ -226,7 +233,8 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
     K per training rank)."""
     compute = fit_compute(runs)
     rows = []
-    keys = [*COMPUTE_KEYS, "sync_every", "features", "classes", "train_samples", "samples_per_rank"]
+    runs = _engines(runs)
+    keys = [*FIT_KEYS, "sync_every", "features", "classes", "train_samples", "samples_per_rank"]
     weak_runs = runs["samples_per_rank"] > 0 if "samples_per_rank" in runs else pd.Series(False, index=runs.index)
     # one strong configuration per training set; one weak one per samples_per_rank
     configs = runs.assign(train_samples=runs["train_samples"].where(~weak_runs, 0)).drop_duplicates(
@@ -247,7 +255,7 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
                     t = epoch_seconds(algorithm, p, *_sized(work, samples), link, c["sync_every"])
                     rows.append(
                         {
-                            **{k: c[k] for k in COMPUTE_KEYS},
+                            **{k: c[k] for k in FIT_KEYS},
                             "sync_every": c["sync_every"],
                             "scaling": "weak" if per_rank else "strong",
                             "train_samples": samples,
@@ -273,7 +281,7 @@ def _designs(runs: pd.DataFrame) -> list[str]:
 
 
 MODEL_COLUMNS = [
-    *COMPUTE_KEYS,
+    *FIT_KEYS,
     "sync_every",
     "scaling",
     "train_samples",

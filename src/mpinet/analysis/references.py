@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from mpinet import MpinetError
+from mpinet.layout import runs_table, study_dir
 from mpinet.study.config import MEASURES, SELECTORS, TOLERANCE, check_entries, matches
 
 COLUMNS_OUT = [
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
         references = config.get("references") or []
         if not references:
             raise MpinetError(f"{a.config}: no references: to check; add a list under references:")
-        runs_csv = Path(a.runs or f"results/{study_name(config, [a.config])}/metrics/runs.csv")
+        runs_csv = Path(a.runs) if a.runs else runs_table(study_dir(study_name(config, [a.config])))
         if not runs_csv.is_file():
             raise MpinetError(f"{runs_csv}: missing; run the study first (make run CONFIG={a.config})")
         table = evaluate(references, pd.read_csv(runs_csv))

@@ -13,6 +13,8 @@ from mpinet.study.experiments import varying
 def end_of_run(runs_csv, references_csv, study: str, study_dir: str) -> str:
     """What a run prints when it ends: the summary table and the references' verdicts."""
     text = f"\nStudy {study} ({study_dir}/):\n{summary_table(runs_csv)}\n"
+    if mixed := mixed_lines(pd.read_csv(runs_csv)):
+        text += "\n" + "\n".join(mixed) + "\n"
     checked = pd.read_csv(references_csv)
     if len(checked):
         lines = breach_lines(checked) or [f"references: all {len(checked)} within their band or undecided"]
@@ -99,7 +101,13 @@ def headline_rst(
         "the spread and the cost model."
     )
     where = environment_rst(environment) if environment is not None and len(environment) else []
-    return "\n".join([*lines, "", note, "", *_references_rst(references), *where, description])
+    mixed = mixed_lines(runs)
+    mixed = (
+        [f"**Timings of several engines**: {mixed[0]}:", "", *(f"- {m.strip()}" for m in mixed[1:]), ""]
+        if mixed
+        else []
+    )
+    return "\n".join([*lines, "", note, "", *mixed, *_references_rst(references), *where, description])
 
 
 def _references_rst(references: pd.DataFrame | None) -> list[str]:
@@ -117,3 +125,19 @@ def _headline_ci(row) -> str:
         return ""
     one = " (one launch)" if row["ci_launches"] == 1 else ""
     return f" [{row['speedup_ci_low']:.2f}, {row['speedup_ci_high']:.2f}]{one}"
+
+
+def mixed_lines(runs: pd.DataFrame) -> list[str]:
+    """The experiments whose timings come from more than one engine, one line each (the summary and
+    the report's front page), with what retimes them."""
+    if "timing_mixed" not in runs or not runs["timing_mixed"].any():
+        return []
+    mixed = runs[runs["timing_mixed"].astype(bool)]
+    cols = ["dataset", *(c for c in varying(runs) if c in mixed), "algorithm", "ranks"]
+    names = sorted({", ".join(f"{c}={r[c]}" for c in cols) for _, r in mixed.iterrows()})
+    engines = sorted(set(runs["timed_by"].astype(str)))
+    head = (
+        f"timings of {len(engines)} engines ({', '.join(engines)}): the speedups of {len(names)} "
+        f"experiment(s) are left out; `make retime` retrains their older runs with this engine (the same weights)"
+    )
+    return [head, *(f"  {n}" for n in names)]

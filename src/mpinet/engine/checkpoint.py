@@ -19,6 +19,16 @@ from mpinet.files import atomic_path, temporary_path, write_text
 from mpinet.fingerprints import NUMERICS
 from mpinet.layout import CHECKPOINTS, RECORD_FILE
 
+TIMED_BY = "timed_by"  # a metric row's engine, in the checkpoint's rows and run.json (timed_by)
+UNNAMED_ENGINE = "before 0.9.0"
+
+
+def timed_by(rows: list[dict]) -> str:
+    """The engine(s) that timed a run's epochs, as run.json records them: this code's hash (its rows
+    trained in this launch), or several joined by '+' when it resumed another engine's checkpoint."""
+    engines = dict.fromkeys(row.get(TIMED_BY) or NUMERICS.code_hash() for row in rows)
+    return "+".join(engines) or NUMERICS.code_hash()
+
 
 @dataclass
 class Store:
@@ -80,8 +90,9 @@ def save_checkpoint(path: Path, signature: str, params: np.ndarray, epoch: int, 
     """Append the metric rows since the last save, then replace the weights atomically. The sample
     order needs no saved RNG state: it is drawn afresh from (seed, epoch) in every epoch."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    engine = NUMERICS.code_hash()  # each row names the engine that timed its epoch (timed_by)
     with open(_metrics_path(path), "a") as f:
-        f.writelines(json.dumps(row) + "\n" for row in new_rows)
+        f.writelines(json.dumps({TIMED_BY: engine, **row}) + "\n" for row in new_rows)
     with atomic_path(path, suffix=".npz") as tmp:
         np.savez(tmp, params=params, epoch=epoch, signature=signature)
 
@@ -97,6 +108,8 @@ def load_checkpoint(path: Path, signature: str, params: np.ndarray, log) -> tupl
         with np.load(path) as ck:
             theirs, saved, epoch = str(ck["signature"]), ck["params"], int(ck["epoch"])
         rows = [json.loads(line) for line in _metrics_path(path).read_text().splitlines()[:epoch]]
+        for row in rows:  # saved before 0.9.0: by an engine that did not say which
+            row.setdefault(TIMED_BY, UNNAMED_ENGINE)
     except (OSError, ValueError, KeyError) as e:
         log(f"checkpoint {path} is unreadable ({e}); starting from epoch 1")
         theirs, rows = None, []

@@ -13,6 +13,7 @@ import numpy as np
 from mpinet import __version__
 from mpinet.datasets import dataset
 from mpinet.engine import blas
+from mpinet.engine.checkpoint import timed_by
 from mpinet.engine.comm import Comm, mpi_library_version
 from mpinet.engine.loop import METRIC_COLUMNS, Result
 from mpinet.engine.machine import this_machine
@@ -53,7 +54,7 @@ def write_outputs(
     if timeline is not None:
         write_json(out / TIMELINE_FILE, timeline)
     with atomic_path(out / METRICS_FILE) as tmp, open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS, extrasaction="ignore")  # a resumed row's engine
         w.writeheader()
         w.writerows(result.metrics)
     with atomic_path(out / CONFUSION_FILE) as tmp, open(tmp, "w", newline="") as f:
@@ -122,6 +123,9 @@ def run_metadata(
         },
         "mpinet": __version__,
         "numerics": NUMERICS.value(),  # what decides the numbers (mpinet.fingerprints)
+        # the engine that timed the epochs: its code's hash, never a release name typed by hand (a
+        # speedup divides only timings of one engine: mpinet.analysis.aggregate)
+        "timed_by": timed_by(result.metrics),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "blas": [

@@ -26,6 +26,7 @@ import pandas as pd
 
 from mpinet.analysis import costmodel
 from mpinet.engine.options import data_ranks
+from mpinet.layout import runs_table
 from mpinet.study.experiments import hidden_text
 
 SAFETY = 3.0  # times the estimate: epoch times on a shared node drift by 20-25 %, first epochs are slower
@@ -67,8 +68,9 @@ def from_model(row: dict, shape: dict, runs: pd.DataFrame, link: costmodel.Link 
     if runs is None or runs.empty or link is None:
         return None
     run = {**row, **shape, "hidden": hidden_text(row["hidden"])}
-    compute = costmodel.fit_compute(runs)
-    per_sample = compute.get(tuple(run[k] for k in costmodel.COMPUTE_KEYS))
+    # a time limit, not a result: every engine's 1-rank runs count
+    compute = costmodel.fit_compute(runs.assign(timed_by="any"))
+    per_sample = compute.get((*(run[k] for k in costmodel.COMPUTE_KEYS), "any"))
     if per_sample is None or not np.isfinite(per_sample):
         return None
     sizes = costmodel.layer_sizes(shape["features"], run["hidden"], shape["classes"])
@@ -127,7 +129,7 @@ def data_shape(data_dir: Path, row: dict) -> dict:
 
 def calibration(study_dir: Path) -> tuple[pd.DataFrame | None, costmodel.Link | None]:
     """A study's earlier runs.csv and the link fitted to its commbench.csv, where they exist."""
-    runs_csv, bench_csv = Path(study_dir) / "metrics/runs.csv", Path(study_dir) / "metrics/commbench.csv"
+    runs_csv, bench_csv = runs_table(study_dir), Path(study_dir) / "metrics/commbench.csv"
     try:
         runs = pd.read_csv(runs_csv)
         bench = pd.read_csv(bench_csv)

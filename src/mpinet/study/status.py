@@ -1,14 +1,16 @@
 """A study's state at a glance: which experiments are done, running, failed or missing (make
 status, and the failures printed when a run fails), and the study name a config file gets."""
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from mpinet import MpinetError
 from mpinet.engine.checkpoint import record_path
-from mpinet.layout import RECORD_FILE
+from mpinet.layout import METRICS_FILE, RECORD_FILE, runs_table, study_dir
 
 RUNNING_WITHIN_S = 120  # a job whose log grew this recently counts as running
 
@@ -88,18 +90,48 @@ def _checkpoint_epoch(path: Path) -> int:
         return 0
 
 
+def stale_runs(runs_csv: Path, engine: str) -> list[str]:
+    """The metrics files of a study's runs timed by another engine than `engine` (runs.csv's timed_by):
+    what `make retime` has Snakemake train again."""
+    try:
+        runs = pd.read_csv(runs_csv)
+    except (OSError, ValueError) as e:
+        raise MpinetError(f"{runs_csv}: cannot read it ({type(e).__name__}); run the study first (make run)") from None
+    engines = runs["timed_by"] if "timed_by" in runs else pd.Series("", index=runs.index)
+    return [str(Path(d) / METRICS_FILE) for d in runs.loc[engines.astype(str) != engine, "run_dir"]]
+
+
 def main(argv=None) -> int:
-    """python -m mpinet.study.status study CONFIG: the study name a config file gets (for the Makefile)."""
+    """python -m mpinet.study.status study|stale CONFIG: the study name a config file gets, or the runs
+    its last tables say another engine timed (for the Makefile)."""
     import argparse
 
     import yaml
 
-    p = argparse.ArgumentParser(prog="python -m mpinet.study.status", description="The study name of a config file.")
-    p.add_argument("what", choices=["study"])
+    from mpinet.fingerprints import NUMERICS
+
+    p = argparse.ArgumentParser(
+        prog="python -m mpinet.study.status",
+        description="study: the study name of a config file; stale: the metrics files of its runs timed by "
+        "another engine than this one, for snakemake --forcerun (make retime)",
+    )
+    p.add_argument("what", choices=["study", "stale"])
     p.add_argument("config", help="a study's config file, e.g. config/intel.yaml")
     a = p.parse_args(argv)
-    with open(a.config) as f:
-        print(study_name(yaml.safe_load(f) or {}, [a.config]))
+    try:
+        with open(a.config) as f:
+            study = study_name(yaml.safe_load(f) or {}, [a.config])
+    except OSError as e:
+        print(f"error: {a.config}: {e.strerror}", file=sys.stderr)
+        return 1
+    if a.what == "study":
+        print(study)
+        return 0
+    try:
+        print(" ".join(stale_runs(runs_table(study_dir(study)), NUMERICS.code_hash())))
+    except MpinetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
