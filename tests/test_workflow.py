@@ -331,6 +331,35 @@ def test_a_release_and_data_code_refactors_refetch_reprepare_and_retrain_nothing
     assert not data_jobs & set(planned(workdir))
 
 
+def test_a_run_another_engine_timed_is_named_and_make_retime_s_targets_retrain_only_it(workdir):
+    """As after an upgrade: one run of the study says another engine timed it. The tables leave its
+    speedup out and the summary names it; the runs `make retime` hands Snakemake are that one run,
+    which trains again (the same weights) and leaves no mix behind."""
+    run = next((workdir / "results/runs/iris/algorithm~allreduce/ranks~2").rglob("run.json"))
+    meta = json.loads(run.read_text())
+    run.write_text(json.dumps({**meta, "timed_by": "an older engine"}))
+    weights_before = (run.parent / "weights.npz").read_bytes()
+    summary = snakemake(workdir).stdout
+    runs = pd.read_csv(workdir / "results/test/metrics/runs.csv").set_index("run_dir")
+    mixed = runs.loc[str(run.parent.relative_to(workdir))]
+    assert mixed["timing_mixed"] and pd.isna(mixed["speedup"])
+    assert "make retime" in summary and "algorithm=allreduce, ranks=2" in summary
+    stale = subprocess.run(
+        [sys.executable, "-m", "mpinet.study.status", "stale", "config/test.yaml"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=copy_env(workdir),
+        check=True,
+    ).stdout.split()
+    assert stale == [str(run.parent.relative_to(workdir) / "metrics.csv")]
+    snakemake(workdir, "--forcerun", *stale)
+    assert json.loads(run.read_text())["timed_by"] == meta["timed_by"]
+    assert (run.parent / "weights.npz").read_bytes() == weights_before
+    assert not pd.read_csv(workdir / "results/test/metrics/runs.csv")["timing_mixed"].any()
+    assert planned(workdir) == {}
+
+
 def test_a_bad_config_fails_before_any_job_with_one_line_naming_the_key(tmp_path):
     """One case end to end (tests/test_config.py checks every kind of bad config on the function)."""
     wd = tmp_path
