@@ -360,6 +360,22 @@ def test_a_run_another_engine_timed_is_named_and_make_retime_s_targets_retrain_o
     assert planned(workdir) == {}
 
 
+def test_a_run_s_timeline_is_declared_and_an_input_of_its_dataset_s_figures(workdir):
+    """Every run has its timeline.json, a declared output of training that its dataset's figures read:
+    figures redrawn without it train its run again first, never draw without it."""
+    runs = pd.read_csv(workdir / "results/test/metrics/runs.csv")
+    assert all((workdir / d / "timeline.json").is_file() for d in runs["run_dir"])
+    timeline = next((workdir / "results/runs/iris").rglob("timeline.json"))
+    kept = timeline.with_name("kept.json")
+    timeline.rename(kept)
+    try:
+        jobs = jobs_of(snakemake(workdir, "-n", "--quiet", "rules", "--forcerun", "plots"))
+        assert jobs.get("train_single", 0) + jobs.get("train_mpi", 0) == 1 and jobs["plots"] == 2
+    finally:
+        kept.rename(timeline)
+    assert planned(workdir) == {}
+
+
 def test_a_bad_config_fails_before_any_job_with_one_line_naming_the_key(tmp_path):
     """One case end to end (tests/test_config.py checks every kind of bad config on the function)."""
     wd = tmp_path

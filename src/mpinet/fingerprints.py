@@ -104,7 +104,8 @@ PREPARATION = {
                 # 0.7.1: decoded CHUNK files a task, counted together, the counts summed by the BLAS:
                 # the same arrays and summaries
                 "c17beac91f6304aa": "1926d2e1e3661d58",
-                "e20ec15293da228f": "1926d2e1e3661d58",  # 0.9.0: mpinet.layout names the study's tables
+                # 0.9.0: mpinet.layout names the study's tables and the timeline
+                "5ba2d3d8c0415989": "1926d2e1e3661d58",
             },
         ),
     )
@@ -114,7 +115,7 @@ SYNTHESIS = CodeFingerprint(
     "synthesis",
     1,
     ("mpinet.datasets.synthetic",),
-    {"7fb09658bdbd2a42": "b7fc5e6b0b209c2d"},  # 0.9.0: mpinet.layout names the study's tables; the same archive
+    {"d93fc2b7957da4dc": "b7fc5e6b0b209c2d"},  # 0.9.0: mpinet.layout names more files; the same archive
 )
 
 

@@ -14,8 +14,9 @@ RESULTS_ROOT = "results"  # results/<study>/: a study's tables, figures and repo
 METRICS_FILE = "metrics.csv"
 CONFUSION_FILE = "confusion.csv"
 WEIGHTS_FILE = "weights.npz"
+TIMELINE_FILE = "timeline.json"  # the last epoch's first steps, every rank (mpinet.engine.timeline)
 RECORD_FILE = "run.json"
-RUN_FILES = (METRICS_FILE, CONFUSION_FILE, WEIGHTS_FILE, RECORD_FILE)
+RUN_FILES = (METRICS_FILE, CONFUSION_FILE, WEIGHTS_FILE, TIMELINE_FILE, RECORD_FILE)
 CHECKPOINT_FILE = "checkpoint.npz"
 # the file in a fetched dataset that marks it as drawn by mpinet.datasets.synthetic, not real photographs
 SYNTHETIC_MARKER = "SYNTHETIC.txt"

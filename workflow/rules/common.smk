@@ -40,6 +40,7 @@ from mpinet.layout import (
     RUN_FILES,
     RUNS_ROOT,
     TRAIN_LOGS,
+    TIMELINE_FILE,
     RunPaths,
     output_key,
     runs_table,

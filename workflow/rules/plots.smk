@@ -6,6 +6,7 @@ rule plots:
         environment=rules.aggregate.output.environment,
         summary="resources/data/{dataset}/summary.json",
         confusions=lambda w: GRID.confusion_files(w.dataset),
+        timelines=lambda w: GRID.dataset_files(w.dataset, TIMELINE_FILE),
     output:
         **PLOT_OUTPUT,
     log:

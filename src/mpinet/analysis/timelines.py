@@ -14,7 +14,7 @@ from matplotlib.patches import Patch
 
 from mpinet.analysis.figures import save_png
 from mpinet.analysis.style import DESIGN_ORDER, DESIGNS
-from mpinet.engine.timeline import TIMELINE_FILE
+from mpinet.layout import TIMELINE_FILE
 
 STEPS_SHOWN = 6  # per design: enough to see the pattern repeat, few enough to read each phase
 PHASE_COLORS = {
@@ -37,8 +37,9 @@ PHASE_NAMES = {
 
 def representative_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """Per design, at its largest rank count, the run whose median epoch time is the group's median
-    (the lower middle one of an even count), among the runs that recorded a timeline."""
-    has = runs["run_dir"].map(lambda d: (Path(d) / TIMELINE_FILE).exists())
+    (the lower middle one of an even count), among the runs that recorded a timeline (every run has
+    its file, a declared output of training; one restored without a trace holds no events)."""
+    has = runs["run_dir"].map(lambda d: bool(json.loads((Path(d) / TIMELINE_FILE).read_text())["traceEvents"]))
     runs = runs[has]
     picked = []
     for _, g in runs.groupby("algorithm", sort=False):

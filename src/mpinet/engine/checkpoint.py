@@ -14,10 +14,9 @@ import numpy as np
 
 from mpinet.datasets import dataset
 from mpinet.engine.options import Options
-from mpinet.engine.timeline import TIMELINE_FILE
 from mpinet.files import atomic_path, temporary_path, write_text
 from mpinet.fingerprints import NUMERICS
-from mpinet.layout import CHECKPOINTS, RECORD_FILE
+from mpinet.layout import CHECKPOINTS, RECORD_FILE, TIMELINE_FILE
 
 TIMED_BY = "timed_by"  # a metric row's engine, in the checkpoint's rows and run.json (timed_by)
 UNNAMED_ENGINE = "before 0.9.0"

@@ -18,10 +18,10 @@ from mpinet.engine.comm import Comm, mpi_library_version
 from mpinet.engine.loop import METRIC_COLUMNS, Result
 from mpinet.engine.machine import this_machine
 from mpinet.engine.options import Options, data_ranks, train_size
-from mpinet.engine.timeline import TIMELINE_FILE, trace_events
+from mpinet.engine.timeline import trace_events, unrecorded
 from mpinet.files import atomic_path, write_json
 from mpinet.fingerprints import NUMERICS
-from mpinet.layout import CONFUSION_FILE, METRICS_FILE, RECORD_FILE, WEIGHTS_FILE
+from mpinet.layout import CONFUSION_FILE, METRICS_FILE, RECORD_FILE, TIMELINE_FILE, WEIGHTS_FILE
 
 # Settings that change timings without changing a number: BLAS kernels, and MPICH's network module
 # and transport (a run across nodes over TCP and one over InfiniBand are different measurements)
@@ -48,11 +48,11 @@ SLURM_VARIABLES = (
 def write_outputs(
     out: Path, result: Result, opts: Options, arrays: dataset.Arrays, meta: dict, timeline: dict | None = None
 ) -> None:
-    """metrics.csv, confusion.csv, weights.npz, the timeline when there is one (run_timeline) and
-    run.json (last), each written atomically."""
+    """metrics.csv, confusion.csv, weights.npz, timeline.json (run_timeline) and run.json (last), each
+    written atomically."""
     out.mkdir(parents=True, exist_ok=True)
-    if timeline is not None:
-        write_json(out / TIMELINE_FILE, timeline)
+    # a declared file of every run: without a trace (restored from a checkpoint that kept none), one that says so
+    write_json(out / TIMELINE_FILE, timeline or unrecorded("restored from a checkpoint that kept no timeline", {}))
     with atomic_path(out / METRICS_FILE) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS, extrasaction="ignore")  # a resumed row's engine
         w.writeheader()
@@ -67,11 +67,11 @@ def write_outputs(
     write_json(out / RECORD_FILE, {"options": asdict(opts), **meta})
 
 
-def run_timeline(result: Result, opts: Options, meta: dict) -> dict | None:
-    """The trace of the run's timeline (mpinet.engine.timeline), or None when this launch did not
-    train the last epoch."""
+def run_timeline(result: Result, opts: Options, meta: dict) -> dict:
+    """The trace of the run's timeline (mpinet.engine.timeline); one without events when this launch
+    did not train the last epoch."""
     if result.timeline is None:
-        return None
+        return unrecorded("this launch resumed after the last epoch and trained none", {"mpinet": __version__})
     about = {
         "algorithm": opts.algorithm,
         "ranks": meta["ranks"],

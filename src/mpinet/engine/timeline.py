@@ -12,10 +12,13 @@ Times are microseconds from the epoch's start; the ranks start that epoch togeth
 barrier), so their lanes share one time axis, across nodes too. Nothing here changes a number.
 """
 
-# beside a run's declared files (mpinet.layout.RUN_FILES), not one of them: runs recorded before it
-# have none and need not retrain
-TIMELINE_FILE = "timeline.json"
 PID = 0
+
+
+def unrecorded(why: str, about: dict) -> dict:
+    """The trace of a run whose launch recorded no timeline (it resumed after its last epoch, from a
+    checkpoint that kept none): no events, and why."""
+    return {"traceEvents": [], "displayTimeUnit": "ms", "otherData": {**about, "recorded": False, "why": why}}
 
 
 def trace_events(timeline: list[dict], hosts: list[str], about: dict) -> dict:

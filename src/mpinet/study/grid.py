@@ -63,5 +63,9 @@ class Grid:
 
     def confusion_files(self, dataset: str) -> list[str]:
         """The confusion matrices of one dataset's runs, for its figures."""
+        return self.dataset_files(dataset, CONFUSION_FILE)
+
+    def dataset_files(self, dataset: str, name: str) -> list[str]:
+        """One file of each of a dataset's runs (a confusion matrix, a timeline), for its figures."""
         pairs = zip(self.run_dirs(), self.experiments["dataset"])
-        return [f"{d}/{CONFUSION_FILE}" for d, ds in pairs if ds == dataset]
+        return [f"{d}/{name}" for d, ds in pairs if ds == dataset]
