@@ -6,7 +6,7 @@ from conftest import REPO
 
 from mpinet import MpinetError
 from mpinet.engine.options import Options
-from mpinet.study.experiments import expand_sweeps, train_arguments
+from mpinet.study.experiments import dropped_lines, expand_sweeps, train_arguments
 
 DATASETS = {"iris": {}, "images": {}}
 
@@ -27,6 +27,22 @@ def test_lists_are_crossed_and_impossible_combinations_dropped():
     }
     assert len(df) == 6 * 2
     assert set(df["hidden"]) == {"30-20"}
+    assert dropped_lines(df) == []  # serial on several ranks, a server alone: dropped without a word
+
+
+def test_a_sweep_that_drops_what_the_user_may_have_meant_says_so_per_entry():
+    """sync_every [1, 4] with allgather: local SGD exists for allreduce only, so allgather's k = 4 runs are
+    dropped, and the plan says which, one line for the entry (the serial baseline's k = 4 silently)."""
+    sweeps = [
+        {"dataset": "iris", "algorithm": ["serial", "allreduce"], "ranks": [1, 2]},
+        {"dataset": "iris", "algorithm": ["serial", "allreduce", "allgather"], "ranks": [1, 2], "sync_every": [1, 4]},
+    ]
+    df = expand_sweeps(sweeps, DATASETS)
+    assert set(zip(df["algorithm"], df["ranks"], df["sync_every"])) >= {("allreduce", 2, 4), ("allgather", 2, 1)}
+    assert not ((df["algorithm"] == "allgather") & (df["sync_every"] == 4)).any()
+    (line,) = dropped_lines(df)
+    assert line.startswith("experiments[1]: dropped 2 combination(s) that cannot run: ")
+    assert "applies to allreduce only, not allgather (2x)" in line and "serial" not in line
 
 
 def test_hidden_is_one_architecture_or_a_list_of_them():

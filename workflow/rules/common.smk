@@ -51,7 +51,7 @@ from mpinet.engine.options import ALGORITHMS
 from mpinet.launch.slurm import TrainingJob, check_fits, partitions, training_mem_per_cpu
 from mpinet.datasets.sources import local_inputs, prepare_options, source_digest
 from mpinet.study.config import check_study
-from mpinet.study.experiments import COLUMNS
+from mpinet.study.experiments import COLUMNS, dropped_lines
 from mpinet.study.grid import Grid
 from mpinet.study.status import failures, study_name
 from mpinet.analysis.summary import end_of_run
@@ -66,6 +66,8 @@ try:
     )
 except MpinetError as e:
     raise WorkflowError(str(e)) from None
+for line in dropped_lines(EXPERIMENTS):
+    print(f"config: {line}", file=sys.stderr)
 validate(config, schema="../schemas/config.schema.yaml")
 
 # Training jobs whose times enter a speedup run one at a time: every training job claims one

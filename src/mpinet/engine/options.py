@@ -67,7 +67,12 @@ COMPUTE_OPTIONS = tuple(f.name for f in fields(Options) if f.name not in NOT_COM
 
 
 class Impossible(MpinetError):
-    """Options that are each valid but cannot go together (serial on 2 ranks, ...): a sweep drops them."""
+    """Options that are each valid but cannot go together (serial on 2 ranks, ...): a sweep drops them,
+    and says so unless the drop is `obvious` (a sweep's serial and paramserver over its rank counts)."""
+
+    def __init__(self, message: str, obvious: bool = False):
+        super().__init__(message)
+        self.obvious = obvious
 
 
 def check_options(opts: Options, ranks: int, n_train: int | None, n_classes: int = 0) -> None:
@@ -76,9 +81,9 @@ def check_options(opts: Options, ranks: int, n_train: int | None, n_classes: int
     if opts.algorithm not in ALGORITHMS:
         raise MpinetError(f"algorithm: unknown '{opts.algorithm}'; expected one of {', '.join(ALGORITHMS)}")
     if opts.algorithm == "serial" and ranks != 1:
-        raise Impossible(f"algorithm serial runs on 1 rank, not {ranks}; use allreduce or paramserver")
+        raise Impossible(f"algorithm serial runs on 1 rank, not {ranks}; use allreduce or paramserver", obvious=True)
     if opts.algorithm == "paramserver" and ranks < 2:
-        raise Impossible("algorithm paramserver needs at least 2 ranks (rank 0 is the server), got 1")
+        raise Impossible("algorithm paramserver needs at least 2 ranks (rank 0 is the server), got 1", obvious=True)
     if opts.batch_size < 1:
         raise MpinetError(f"batch_size must be a positive integer, got {opts.batch_size}")
     if opts.blas_threads < 1:
@@ -98,7 +103,11 @@ def check_options(opts: Options, ranks: int, n_train: int | None, n_classes: int
     if opts.sync_every < 1:
         raise MpinetError(f"sync_every must be at least 1, got {opts.sync_every}")
     if opts.sync_every > 1 and opts.algorithm != "allreduce":
-        raise Impossible(f"sync_every > 1 (local SGD) applies to allreduce only, not {opts.algorithm}")
+        # a sweep's serial baseline beside its local SGD runs is dropped without a word
+        raise Impossible(
+            f"sync_every > 1 (local SGD) applies to allreduce only, not {opts.algorithm}",
+            obvious=opts.algorithm == "serial",
+        )
     if opts.faithful and (opts.loss != "l2" or opts.sync_every != 1):
         raise Impossible("faithful reproduces the original: it needs loss l2 and sync_every 1")
     _check_size(opts, data_ranks(opts.algorithm, ranks), n_train, n_classes)

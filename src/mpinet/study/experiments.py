@@ -48,7 +48,7 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
 
     `hidden` is one architecture when it is a list of sizes and a sweep when it is a list of lists.
     """
-    rows = []
+    rows, dropped = [], []
     for i, sweep in enumerate(sweeps):
         where = f"experiments[{i}]"
         unknown = set(sweep) - set(SWEEP_KEYS)
@@ -61,12 +61,17 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
         values = {k: _as_list(k, sweep.get(k, DEFAULTS.get(k))) for k in ("dataset", *COLUMNS)}
         values["repeat"] = list(range(1, int(sweep.get("repeats", 1)) + 1))
         nodes = sweep.get("nodes")
-        before = len(rows)
+        before, reasons = len(rows), {}
         for combo in itertools.product(*values.values()):
             row = dict(zip(values, combo))
-            if _possible(row, where):
+            if (why := _impossible(row, where)) is None:
                 # a node holds at least one rank: a sweep's 1-rank baseline with `nodes: 4` runs on one
                 rows.append({**row, "nodes": None if nodes is None or row["ranks"] == 1 else min(nodes, row["ranks"])})
+            elif not why.obvious:
+                reasons[str(why)] = reasons.get(str(why), 0) + 1
+        if reasons:
+            said = "; ".join(f"{r} ({n}x)" for r, n in reasons.items())
+            dropped.append(f"{where}: dropped {sum(reasons.values())} combination(s) that cannot run: {said}")
         if len(rows) == before:
             raise MpinetError(
                 f"{where}: no runnable combination (serial runs on 1 rank, paramserver needs at least 2 "
@@ -79,7 +84,14 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
     df["nodes"] = df["nodes"].astype("Int64")
     df["hidden"] = df["hidden"].map(hidden_text)
     _check_one_placement(df)
+    df.attrs["dropped"] = dropped  # said at plan time (dropped_lines), one line per sweep entry
     return df
+
+
+def dropped_lines(experiments: pd.DataFrame) -> list[str]:
+    """What a study's sweeps dropped beyond the obvious (serial on several ranks, a server alone), one
+    line per experiment entry, for the workflow to say before it plans."""
+    return list(experiments.attrs.get("dropped", []))
 
 
 def _check_one_placement(df: pd.DataFrame) -> None:
@@ -174,15 +186,15 @@ def _options(row: dict) -> Options:
     return Options(**{k: hidden if k == "hidden" else row[k] for k in OPTIONS})
 
 
-def _possible(row: dict, where: str) -> bool:
-    """Whether the trainer accepts this combination; the trainer's own option check decides, so the
-    grid and the engine cannot disagree. Values that are wrong on their own are an error naming
-    the key (the schema refuses most of them first); combinations that cannot go together
-    (serial on 2 ranks, paramserver on 1, ...) are dropped from the sweep."""
+def _impossible(row: dict, where: str) -> Impossible | None:
+    """Why the trainer refuses this combination, or None when it accepts it; the trainer's own option
+    check decides, so the grid and the engine cannot disagree. Values that are wrong on their own are
+    an error naming the key (the schema refuses most of them first); combinations that cannot go
+    together (serial on 2 ranks, paramserver on 1, ...) are dropped from the sweep."""
     try:
         check_options(_options(row), row["ranks"], n_train=None)
-    except Impossible:
-        return False
+    except Impossible as e:
+        return e
     except MpinetError as e:
         raise MpinetError(f"{where}.{e}") from None
-    return True
+    return None
