@@ -7,7 +7,7 @@ from mpinet.analysis.aggregate import summarize_runs, summarize_seeds
 from mpinet.study.experiments import DEFAULTS
 
 # every experiment parameter at its default; each run sets algorithm, ranks and seed
-BASE = dict(DEFAULTS, dataset="iris", epochs=3, hidden="30-20", train_samples=100, isolation="one-at-a-time", cores=2)
+BASE = dict(DEFAULTS, dataset="iris", epochs=3, hidden="30-20", trained_samples=100, isolation="one-at-a-time", cores=2)
 
 
 def _run(algorithm, ranks, seed, times, compute, comm, acc, isolation="one-at-a-time"):

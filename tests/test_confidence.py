@@ -79,7 +79,7 @@ def test_runs_csv_and_seeds_csv_carry_intervals_and_say_when_they_cover_one_laun
         for repeat, times in enumerate(_launches(rng, repeats, true_s, 0.05, epochs=10), start=1):
             run = dict(DEFAULTS, dataset="d", algorithm=algorithm, ranks=ranks, repeat=repeat, hidden="30-20")
             rows += [
-                dict(run, run_dir=f"{algorithm}{ranks}-{repeat}", train_samples=100, epoch=e + 1, time_s=t,
+                dict(run, run_dir=f"{algorithm}{ranks}-{repeat}", trained_samples=100, epoch=e + 1, time_s=t,
                      compute_s=t, comm_s=0.0, train_loss=1.0, train_accuracy=0.5, test_loss=1.0,
                      test_accuracy=0.5, bytes_sent=0)
                 for e, t in enumerate(times)
@@ -179,7 +179,7 @@ def _measured_runs():
     """A runs.csv whose 2-rank Allreduce speedup is 1.95 with interval [1.89, 2.07]."""
     from mpinet.study.experiments import DEFAULTS
 
-    base = dict(DEFAULTS, dataset="d", hidden="30-20", train_samples=100, ci_launches=3)
+    base = dict(DEFAULTS, dataset="d", hidden="30-20", trained_samples=100, ci_launches=3)
     return pd.DataFrame(
         [
             dict(base, algorithm="serial", ranks=1, speedup=1.0, speedup_ci_low=0.97, speedup_ci_high=1.03),

@@ -38,7 +38,7 @@ def test_the_link_fit_recovers_known_alpha_and_beta_from_noisy_timings():
 def _runs(per_sample=2e-5, samples=1000):
     base = dict(dataset="d", **{k: getattr(Options(), k) for k in COMPUTE_OPTIONS}, sync_every=1)
     base |= dict(batch_size=8, hidden="10")
-    base |= dict(features=100, classes=3, train_samples=samples)
+    base |= dict(features=100, classes=3, train_samples=0, trained_samples=samples)
     rows = [dict(base, algorithm="serial", ranks=1, median_compute_s=per_sample * samples, median_epoch_s=0.02)]
     rows.append(
         dict(base, algorithm="allreduce", ranks=1, median_compute_s=per_sample * samples * 1.1, median_epoch_s=0.022)

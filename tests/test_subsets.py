@@ -168,7 +168,7 @@ def test_weak_efficiency_divides_the_one_rank_time_with_k_by_the_p_rank_time_wit
     assert runs.loc[(20, 2), "weak_efficiency"] == pytest.approx(0.8)
     assert runs.loc[(20, 4), "weak_efficiency"] == pytest.approx(0.5)
     assert np.isnan(runs.loc[(20, 4), "speedup"]) and np.isnan(runs.loc[(20, 4), "efficiency"])
-    assert runs.loc[(20, 4), "train_samples"] == 80
+    assert runs.loc[(20, 4), "trained_samples"] == 80 and runs.loc[(20, 4), "train_samples"] == 0
 
 
 def _epochs_of(tmp_path, runs) -> pd.DataFrame:
@@ -186,7 +186,8 @@ def _epochs(run: dict, n: int, t: float, d) -> list[dict]:
         dict(
             base,
             run_dir=str(d),
-            train_samples=n,
+            train_samples=n if not run.get("samples_per_rank") else 0,
+            trained_samples=n,
             epoch=e,
             time_s=t,
             compute_s=t,
@@ -217,7 +218,7 @@ def test_the_model_predicts_weak_scaling_from_the_compute_per_sample():
     weak = table[(table["scaling"] == "weak") & (table["algorithm"] == "allreduce")].set_index("ranks")
     expected = epoch_seconds("allreduce", 4, 400, 4, 0.002, layer_sizes(100, "30-20", 3), 4, link) / (0.002 * 100)
     assert weak.loc[4, "weak_efficiency"] == pytest.approx(1 / expected)
-    assert weak.loc[4, "train_samples"] == 400 and weak["speedup"].isna().all()
+    assert weak.loc[4, "trained_samples"] == 400 and weak["speedup"].isna().all()
     assert weak.loc[1, "weak_efficiency"] == pytest.approx(1.0)
     assert set(table["scaling"]) == {"weak"}  # no strong prediction from weak-scaling runs
 

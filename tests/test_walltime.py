@@ -39,7 +39,7 @@ def test_earlier_epochs_give_the_median_epoch_and_what_is_left(tmp_path):
 def test_the_calibrated_model_prices_compute_from_1_rank_runs_and_the_exchange_from_the_link():
     link = costmodel.Link(2e-6, 1 / 6e9, "test")
     runs = pd.DataFrame(
-        [{**ROW, "ranks": 1, "hidden": "40-10", "median_compute_s": 14.0, "train_samples": SHAPE["train_samples"]}]
+        [{**ROW, "ranks": 1, "hidden": "40-10", "median_compute_s": 14.0, "trained_samples": SHAPE["train_samples"]}]
     )
     e = walltime.from_model(ROW, SHAPE, runs, link)
     per_sample = 14.0 / SHAPE["train_samples"]

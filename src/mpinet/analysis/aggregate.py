@@ -38,7 +38,7 @@ def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, list[tuple[str, dict]]]:
         records.append((str(d), meta))
         for key in PARAMS:
             m[key] = run[key]
-        m["train_samples"] = meta["data"]["train_samples"]
+        m["trained_samples"] = meta["data"]["train_samples"]
         m["features"] = meta["data"].get("features", 0)
         m["classes"] = len(meta["data"].get("classes", []))
         m["isolation"] = meta.get("timing", {}).get("isolation", "unknown")
@@ -48,8 +48,8 @@ def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, list[tuple[str, dict]]]:
         m["timed_by"] = timing_engine(meta)
         m["run_dir"] = str(d)
         frames.append(m)
-    # train_samples is an experiment key (0: all) and here the samples the run trained on
-    front = [*PARAMS, "run_dir", "train_samples", "features", "classes", "isolation", "nodes", "trained_as", "timed_by"]
+    # train_samples: the experiment key (0: all); trained_samples: the samples the run trained on
+    front = [*PARAMS, "run_dir", "trained_samples", "features", "classes", "isolation", "nodes", "trained_as", "timed_by"]
     front = list(dict.fromkeys(front))
     front.append("cores")
     df = pd.concat(frames, ignore_index=True)
@@ -162,7 +162,7 @@ def run_row(run_dir: str, g: pd.DataFrame, target_accuracy: float) -> dict:
     return {
         **{k: first[k] for k in PARAMS},
         "run_dir": run_dir,
-        "train_samples": first["train_samples"],
+        "trained_samples": first["trained_samples"],
         "features": first.get("features", 0),
         "classes": first.get("classes", 0),
         "epochs_run": len(g),
@@ -191,7 +191,7 @@ def run_row(run_dir: str, g: pd.DataFrame, target_accuracy: float) -> dict:
         "total_train_s": total,
         "comm_share": g["comm_s"].sum() / busy if busy > 0 else 0.0,
         "bytes_sent": int(g["bytes_sent"].sum()),
-        "samples_per_s": first["train_samples"] * len(g) / total if total > 0 else np.nan,
+        "samples_per_s": first["trained_samples"] * len(g) / total if total > 0 else np.nan,
         "time_to_target_s": g["time_s"].cumsum()[g["epoch"] <= reached.iloc[0]].iloc[-1] if len(reached) else np.nan,
     }
 
@@ -204,7 +204,7 @@ def _median_of(epochs: pd.DataFrame, column: str) -> float:
 def baseline_key(runs: pd.DataFrame) -> pd.Series:
     """Which serial runs are each run's baseline: the same data, per-rank batch, model and seed, and
     the same training set (strong scaling) or the same samples per rank (weak scaling)."""
-    samples = runs["train_samples"].where(runs["samples_per_rank"] == 0, 0)
+    samples = runs["trained_samples"].where(runs["samples_per_rank"] == 0, 0)
     keys = runs[[*BASELINE_KEYS, "samples_per_rank"]].assign(samples=samples)
     return keys.astype(str).agg("|".join, axis=1)
 

@@ -93,7 +93,7 @@ def fit_compute(runs: pd.DataFrame) -> dict:
     """Seconds of compute per training sample, by COMPUTE_KEYS (the dataset and every option that
     decides compute time), from the 1-rank runs (serial or allreduce on 1 rank): median over them."""
     one = _engines(runs[runs["ranks"] == 1])
-    per_sample = one["median_compute_s"] / one["train_samples"]
+    per_sample = one["median_compute_s"] / one["trained_samples"]
     return per_sample.groupby([one[k] for k in FIT_KEYS]).median().to_dict()
 
 
@@ -103,8 +103,11 @@ FIT_KEYS = [*COMPUTE_KEYS, "timed_by"]
 
 
 def _engines(runs: pd.DataFrame) -> pd.DataFrame:
-    """runs with their timed_by (one unnamed engine for tables that do not say)."""
-    return runs if "timed_by" in runs else runs.assign(timed_by="unknown")
+    """runs with their timed_by (one unnamed engine for tables that do not say) and trained_samples
+    (runs.csv before 0.9.0 held the samples trained on under train_samples)."""
+    if "timed_by" not in runs:
+        runs = runs.assign(timed_by="unknown")
+    return runs if "trained_samples" in runs else runs.assign(trained_samples=runs["train_samples"])
 
 
 def allreduce_seconds(ranks: int, nbytes: float, itemsize: int, link: Link) -> float:
@@ -222,7 +225,7 @@ def _work(run, compute: dict) -> tuple | None:
     if per_sample is None:
         return None
     sizes = layer_sizes(run["features"], run["hidden"], run["classes"])
-    return run["train_samples"], run["batch_size"], per_sample, sizes, np.dtype(run["dtype"]).itemsize
+    return run["trained_samples"], run["batch_size"], per_sample, sizes, np.dtype(run["dtype"]).itemsize
 
 
 def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
@@ -234,10 +237,10 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
     compute = fit_compute(runs)
     rows = []
     runs = _engines(runs)
-    keys = [*FIT_KEYS, "sync_every", "features", "classes", "train_samples", "samples_per_rank"]
+    keys = [*FIT_KEYS, "sync_every", "features", "classes", "trained_samples", "samples_per_rank"]
     weak_runs = runs["samples_per_rank"] > 0 if "samples_per_rank" in runs else pd.Series(False, index=runs.index)
     # one strong configuration per training set; one weak one per samples_per_rank
-    configs = runs.assign(train_samples=runs["train_samples"].where(~weak_runs, 0)).drop_duplicates(
+    configs = runs.assign(trained_samples=runs["trained_samples"].where(~weak_runs, 0)).drop_duplicates(
         subset=[k for k in keys if k in runs]
     )
     for _, c in configs.iterrows():
@@ -258,7 +261,7 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
                             **{k: c[k] for k in FIT_KEYS},
                             "sync_every": c["sync_every"],
                             "scaling": "weak" if per_rank else "strong",
-                            "train_samples": samples,
+                            "trained_samples": samples,
                             "samples_per_rank": per_rank,
                             "link": name,
                             "algorithm": algorithm,
@@ -284,7 +287,7 @@ MODEL_COLUMNS = [
     *FIT_KEYS,
     "sync_every",
     "scaling",
-    "train_samples",
+    "trained_samples",
     "samples_per_rank",
     "link",
     "algorithm",
@@ -303,6 +306,7 @@ def _sized(work: tuple, samples: int) -> tuple:
 
 def predicted_epochs(runs: pd.DataFrame, link: Link) -> pd.Series:
     """The model's epoch time of every measured run (NaN where no 1-rank run measured its compute)."""
+    runs = _engines(runs)
     compute = fit_compute(runs)
     out = []
     for _, r in runs.iterrows():

@@ -106,21 +106,21 @@ def data_size(epochs: pd.DataFrame, title: str, path) -> dict:
     df = df[df["ranks"] == widest].sort_values("algorithm", key=lambda c: c.map(DESIGN_ORDER))
     designs = list(dict.fromkeys(df["algorithm"]))
     fig, grid = subplots(2, max(1, len(designs)), figsize=(5.5 * max(1, len(designs)), 8), squeeze=False)
-    sizes = sorted(df["train_samples"].unique())
+    sizes = sorted(df["trained_samples"].unique())
     if len(sizes) < 2:
         for ax in grid.flat:
             ax.text(0.5, 0.5, "one training-set size:\nsweep train_samples for this figure", ha="center", va="center")
     palette = dict(zip(sizes, sns.color_palette("viridis", len(sizes))))
     for column, algorithm in zip(grid.T, designs):
         part = df[df["algorithm"] == algorithm]
-        part = part.assign(samples=part["train_samples"].map("{:,} samples".format))
+        part = part.assign(samples=part["trained_samples"].map("{:,} samples".format))
         _loss_and_accuracy(
             column,
             part,
             f"{DESIGNS[algorithm].name}, {ranks_text(int(part['ranks'].iloc[0]))}",
             hue="samples",
             style="variant" if others else None,
-            hue_order=[f"{n:,} samples" for n in sizes if n in set(part["train_samples"])],
+            hue_order=[f"{n:,} samples" for n in sizes if n in set(part["trained_samples"])],
             palette={f"{n:,} samples": c for n, c in palette.items()},
         )
     axes = list(grid.flat)

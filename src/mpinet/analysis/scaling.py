@@ -209,9 +209,9 @@ def _speedup_panels(axes, df: pd.DataFrame, variants: list[str]) -> None:
 def _model_lines(axes, model: pd.DataFrame, measures: tuple[str, ...]) -> None:
     """The cost model with this machine's alpha and beta, to 32 ranks: lines under the measured points."""
     mine = model[model["link"] == "measured here"]
-    keys = [*COMPUTE_KEYS, "sync_every", "train_samples", "samples_per_rank"]
+    keys = [*COMPUTE_KEYS, "sync_every", "trained_samples", "samples_per_rank"]
     configs = mine.groupby(
-        [k for k in keys if k in mine and (k != "train_samples" or measures[0] != "weak_efficiency")]
+        [k for k in keys if k in mine and (k != "trained_samples" or measures[0] != "weak_efficiency")]
     )
     for i, (_, config) in enumerate(configs):
         for algorithm, line in config.groupby("algorithm"):
