@@ -49,7 +49,8 @@ def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, list[tuple[str, dict]]]:
         m["run_dir"] = str(d)
         frames.append(m)
     # train_samples: the experiment key (0: all); trained_samples: the samples the run trained on
-    front = [*PARAMS, "run_dir", "trained_samples", "features", "classes", "isolation", "nodes", "trained_as", "timed_by"]
+    front = [*PARAMS, "run_dir", "trained_samples", "features", "classes", "isolation", "nodes"]
+    front += ["trained_as", "timed_by"]
     front = list(dict.fromkeys(front))
     front.append("cores")
     df = pd.concat(frames, ignore_index=True)
