@@ -72,3 +72,25 @@ def test_the_schema_names_every_design_the_engine_has():
 
     schema = yaml.safe_load(SCHEMA.read_text())
     assert tuple(schema["$defs"]["algorithm"]["enum"]) == ALGORITHMS
+
+
+def test_a_dataset_name_defined_differently_by_another_study_here_is_refused_naming_both(tmp_path):
+    """Two studies in one directory share resources/data/<name>: the second to plan with another
+    definition of a name is refused, naming both config files and the keys that differ; the same
+    definition, its own earlier record, or another name pass."""
+    from mpinet.study.definitions import check_definitions, definitions, write_definitions
+
+    images = {"source": "synthetic:intel", "format": "images", "image_size": 32}
+    default = {"datasets": {"images": images, "iris": {"source": "bundled:iris"}}, "synthetic": {"size": 32}}
+    write_definitions(tmp_path / "default" / "datasets.json", definitions(default, ["config/config.yaml"]))
+    small = {"datasets": {"images": {**images, "image_size": 16}}, "synthetic": {"size": 16}}
+    mine = definitions(small, ["config/small.yaml"])
+    with pytest.raises(MpinetError) as e:
+        check_definitions("small", mine, tmp_path)
+    message = str(e.value)
+    assert message.startswith("datasets.images is defined differently by study default (config/config.yaml)")
+    assert "this one (config/small.yaml): image_size: 32 there, 16 here" in message
+    assert 'synthetic: {"size": 32} there, {"size": 16} here' in message and "\n" not in message
+    check_definitions("default", mine, tmp_path)  # its own record: a changed definition re-prepares, as before
+    check_definitions("small", definitions(default, ["config/again.yaml"]), tmp_path)  # the same definition
+    check_definitions("small", definitions({"datasets": {"tiny": images}}, ["config/small.yaml"]), tmp_path)

@@ -376,6 +376,28 @@ def test_a_run_s_timeline_is_declared_and_an_input_of_its_dataset_s_figures(work
     assert planned(workdir) == {}
 
 
+def test_a_second_study_defining_a_dataset_name_differently_is_refused_naming_both(workdir):
+    """Another study in the same directory with its own `images` (another size) would re-prepare the
+    shared resources/data/images and retrain the first study's runs: refused before any job."""
+    assert json.loads((workdir / "results/test/datasets.json").read_text())["images"]["config"] == "config/test.yaml"
+    other = yaml.safe_load(yaml.safe_dump(TINY))
+    other["study"] = "other"
+    other["datasets"]["images"]["image_size"] = 24
+    write_config(workdir, other, "other.yaml")
+    p = subprocess.run(
+        [*SNAKEMAKE, "-n", "--cores", "1", "--configfile", "config/other.yaml"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=copy_env(workdir),
+    )
+    (workdir / "config/other.yaml").unlink()
+    assert p.returncode != 0
+    (line,) = [x for x in (p.stdout + p.stderr).splitlines() if "defined differently" in x]
+    assert "study test (config/test.yaml) and this one (config/other.yaml): image_size: 16 there, 24 here" in line
+    assert planned(workdir) == {}
+
+
 def test_a_bad_config_fails_before_any_job_with_one_line_naming_the_key(tmp_path):
     """One case end to end (tests/test_config.py checks every kind of bad config on the function)."""
     wd = tmp_path

@@ -43,6 +43,7 @@ from mpinet.layout import (
     TIMELINE_FILE,
     RunPaths,
     output_key,
+    RESULTS_ROOT,
     runs_table,
     study_dir,
 )
@@ -56,6 +57,8 @@ from mpinet.study.grid import Grid
 from mpinet.study.status import failures, study_name
 from mpinet.analysis.summary import end_of_run
 from mpinet.study.leftovers import RECORD as LEFTOVERS_RECORD, write_record
+from mpinet.study.definitions import RECORD as DATASETS_RECORD
+from mpinet.study.definitions import check_definitions, definitions, write_definitions
 
 # One line naming the key for a bad config (mpinet.study.config); Snakemake's own validate then
 # fills in the defaults.
@@ -68,6 +71,7 @@ except MpinetError as e:
     raise WorkflowError(str(e)) from None
 for line in dropped_lines(EXPERIMENTS):
     print(f"config: {line}", file=sys.stderr)
+DEFINITIONS = definitions(config, workflow.config_settings.configfiles)
 validate(config, schema="../schemas/config.schema.yaml")
 
 # Training jobs whose times enter a speedup run one at a time: every training job claims one
@@ -85,6 +89,10 @@ ISOLATION = "one-at-a-time" if ISOLATE else "shared"
 STUDY = study_name(config, workflow.config_settings.configfiles)
 workflow_start = time.time()
 STUDY_DIR = str(study_dir(STUDY))
+try:  # one dataset name, one definition among the studies that ran here (mpinet.study.definitions)
+    check_definitions(STUDY, DEFINITIONS, RESULTS_ROOT)
+except MpinetError as e:
+    raise WorkflowError(f"config: {e}") from None
 
 # Where an experiment's files live: <root>/<dataset>/<grid path> under the roots of mpinet.layout.
 # One directory level per grid column under results/runs/<dataset>/ (dataset is its own level).
@@ -145,7 +153,7 @@ def in_slurm_job():
 
 def get_final_targets():
     return [
-        rules.record_study.output[0],
+        *rules.record_study.output,
         *rules.aggregate.output,
         *(f"{STUDY_DIR}/plots/{d}/{f.name}.png" for d in DATASETS for f in FIGURES),
     ]

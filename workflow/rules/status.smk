@@ -17,18 +17,22 @@ rule status:
 
 rule record_study:
     output:
-        f"{STUDY_DIR}/{LEFTOVERS_RECORD}",
+        runs=f"{STUDY_DIR}/{LEFTOVERS_RECORD}",
+        datasets=f"{STUDY_DIR}/{DATASETS_RECORD}",
     log:
         f"logs/{STUDY}/record_study.log",
     localrule: True
     params:
         # the study's run list: when it changes, the record is rewritten
         run_dirs=lambda wildcards: GRID.run_dirs(),
-        code=job_code("mpinet.study.leftovers"),
+        # and its datasets' definitions: another study defining one differently is refused
+        definitions=DEFINITIONS,
+        code=job_code("mpinet.study.leftovers", "mpinet.study.definitions"),
     message:
-        f"Recording the run directories of study {STUDY} (what make leftovers keeps)"
+        f"Recording the run directories and dataset definitions of study {STUDY}"
     run:
-        write_record(output[0], params.run_dirs)
+        write_record(output.runs, params.run_dirs)
+        write_definitions(output.datasets, params.definitions)
 
 
 rule leftovers:
