@@ -135,3 +135,12 @@ def test_the_front_page_s_design_table_lists_the_engine_s_designs_in_order(page)
     assert tuple(listed) == ALGORITHMS
     designs = len(ALGORITHMS) - 1  # auto picks one of them
     assert f"in {('one', 'two', 'three', 'four', 'five', 'six', 'seven')[designs - 1]} designs" in text
+
+
+def test_the_report_s_front_page_lists_every_design_of_the_engine():
+    """workflow/report/workflow.rst, the report's first page, names each design once, in the engine's order."""
+    from mpinet.engine.options import ALGORITHMS
+
+    text = (REPO / "workflow" / "report" / "workflow.rst").read_text()
+    named = [d for d in re.findall(r"^\* ``(\w+)``", text, re.M)]
+    assert named == list(ALGORITHMS)

@@ -454,11 +454,20 @@ def test_divergence_stops_with_the_epoch(small_dataset, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_help_describes_every_option():
+def test_help_describes_every_option_and_names_every_design():
+    """Every flag the parser defines is in --help with a help text of its own; the description names
+    every design of the engine (mpinet.engine.options.ALGORITHMS), not a list typed beside it."""
+    from mpinet.engine.options import ALGORITHMS
+    from mpinet.train import parser
+
     p = subprocess.run([sys.executable, "-m", "mpinet.train", "--help"], capture_output=True, text=True, env=env())
     assert p.returncode == 0
-    for opt in ("--algorithm", "--batch-size", "--learning-rate", "--expect-ranks", "--checkpoint", "--sync-every"):
-        assert opt in p.stdout
+    text = " ".join(p.stdout.split())
+    flags = [a for a in parser()._actions if a.option_strings and a.dest != "help"]
+    assert len(flags) > 20
+    for action in flags:
+        assert action.option_strings[-1] in p.stdout and action.help and len(action.help) > 10, action.dest
+    assert all(f" {design}" in text for design in ALGORITHMS)
 
 
 @pytest.mark.mpi

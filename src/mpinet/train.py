@@ -17,7 +17,7 @@ from mpinet.engine.checkpoint import Store, keep_run_record, kept_timeline, remo
 from mpinet.engine.comm import Comm, world
 from mpinet.engine.designs import AUTO
 from mpinet.engine.loop import train
-from mpinet.engine.options import Options, option_flag
+from mpinet.engine.options import ALGORITHMS, Options, option_flag
 from mpinet.engine.runfiles import run_metadata, run_timeline, write_outputs
 
 # one-at-a-time: the workflow ran no other training job beside this one (local runs);
@@ -26,11 +26,17 @@ ISOLATION = ("one-at-a-time", "exclusive-node", "shared", "unknown")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    return parser().parse_args(argv)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: the training options from mpinet.engine.options, then the run's own flags."""
+    others = ", ".join(a for a in ALGORITHMS if a != "serial")
     p = argparse.ArgumentParser(
         prog="python -m mpinet.train",
         description=(
             "Train the fully connected sigmoid network on a preprocessed dataset. "
-            "serial runs as one plain process; allreduce and paramserver run under an MPI "
+            f"serial runs as one plain process; the other designs ({others}) run under an MPI "
             "launcher, e.g. `mpiexec -n 3 python -m mpi4py -m mpinet.train --algorithm "
             "paramserver --expect-ranks 3 ...` or `srun --mpi=pmi2 -n 3 ...`."
         ),
@@ -73,7 +79,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=10.0,
         help="write the checkpoint after the first epoch that ends this long after the last one (0: every epoch)",
     )
-    return p.parse_args(argv)
+    return p
 
 
 def options_from_args(a: argparse.Namespace) -> Options:

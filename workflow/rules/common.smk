@@ -71,7 +71,8 @@ except MpinetError as e:
     raise WorkflowError(str(e)) from None
 for line in dropped_lines(EXPERIMENTS):
     print(f"config: {line}", file=sys.stderr)
-DEFINITIONS = definitions(config, workflow.config_settings.configfiles)
+CONFIGFILES = workflow.config_settings.configfiles or [DEFAULT_CONFIG]
+DEFINITIONS = definitions(config, CONFIGFILES)
 validate(config, schema="../schemas/config.schema.yaml")
 
 # Training jobs whose times enter a speedup run one at a time: every training job claims one
@@ -86,7 +87,7 @@ ISOLATION = "one-at-a-time" if ISOLATE else "shared"
 
 # The study's own tables, plots and report live under results/<study>/; the runs are shared, so
 # an experiment that two studies list is trained once.
-STUDY = study_name(config, workflow.config_settings.configfiles)
+STUDY = study_name(config, CONFIGFILES)
 workflow_start = time.time()
 STUDY_DIR = str(study_dir(STUDY))
 try:  # one dataset name, one definition among the studies that ran here (mpinet.study.definitions)

@@ -25,14 +25,15 @@ rule record_study:
     params:
         # the study's run list: when it changes, the record is rewritten
         run_dirs=lambda wildcards: GRID.run_dirs(),
-        # and its datasets' definitions: another study defining one differently is refused
-        definitions=DEFINITIONS,
+        # and its datasets' definitions (not the config file's name): another study defining one
+        # differently is refused
+        definitions={name: d["definition"] for name, d in DEFINITIONS.items()},
         code=job_code("mpinet.study.leftovers", "mpinet.study.definitions"),
     message:
         f"Recording the run directories and dataset definitions of study {STUDY}"
     run:
         write_record(output.runs, params.run_dirs)
-        write_definitions(output.datasets, params.definitions)
+        write_definitions(output.datasets, DEFINITIONS)
 
 
 rule leftovers:

@@ -91,27 +91,10 @@ def run_metadata(
     the design (auto's choice), its exchange's layout and the first layer's plan."""
     result = result or Result(np.empty(0), None, design=opts.algorithm, fused=comm.mpi is None)
     opts = replace(opts, algorithm=result.design)
-    from threadpoolctl import threadpool_info
-
-    hosts = comm.gather_strings(f"{socket.gethostname()} {os.cpu_count() or 1}")
-    # each rank's CPUs as the OS lets it run (a task plugin's binding shows here): a 2-thread rank
-    # bound to one CPU runs its BLAS threads on one core
-    affinity = comm.gather_strings(",".join(map(str, sorted(os.sched_getaffinity(0)))))
-    cores = dict(h.rsplit(" ", 1) for h in hosts)  # host -> its CPUs
-    models = dict(zip((h.rsplit(" ", 1)[0] for h in hosts), comm.gather_strings(cpu_model())))
-    m = this_machine()
-    plans = comm.gather_objects({"l2_bytes": m.l2_bytes, "l2_source": m.l2_source, "first_layer": result.first_layer})
     meta = {
         "ranks": comm.size,
         "data_ranks": data_ranks(opts.algorithm, comm.size),
-        "hosts": sorted(cores),  # each rank's own host name: where the ranks really ran
-        "nodes": len(cores),
-        "cores": sum(int(n) for n in cores.values()),  # on all the hosts the ranks ran on
-        "rank_hosts": [h.rsplit(" ", 1)[0] for h in hosts],  # by rank
-        "cpu_model": models,  # host -> the CPU it has (/proc/cpuinfo)
-        # host -> its L2 per core and the first layer's operand order and blocking it gave
-        # (mpinet.engine.model.first_layer_plan)
-        "first_layer": dict(zip((h.rsplit(" ", 1)[0] for h in hosts), plans)),
+        **_placement(comm, result.first_layer),
         "data": {
             "path": str(data_dir),
             # the samples trained on (a subset when train_samples or samples_per_rank asks), of all
@@ -126,24 +109,13 @@ def run_metadata(
         # the engine that timed the epochs: its code's hash, never a release name typed by hand (a
         # speedup divides only timings of one engine: mpinet.analysis.aggregate)
         "timed_by": timed_by(result.metrics),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "blas": [
-            {k: i.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
-            for i in threadpool_info()
-            if i.get("user_api") == "blas"
-        ],
-        "blas_threads": opts.blas_threads,
-        # the step's update folded into the gradient GEMM (mpinet.engine.blas): serial and local SGD's own
-        # steps, where numpy's BLAS allows it; False means matmul, then subtract (slower, same numbers)
-        "fused_update": bool(result.fused and blas.fused_available(opts.dtype)),
-        "affinity": [[int(c) for c in a.split(",") if c] for a in affinity],  # by rank
+        **_libraries(opts, result.fused),
         "environment": {k: os.environ[k] for k in RECORDED_ENVIRONMENT if k in os.environ},
         # set by srun in every task it starts: shows the ranks came from SLURM, and how many
         "slurm": {k: os.environ[k] for k in SLURM_VARIABLES if k in os.environ},
+        "design": result.design,  # what trained: the options' algorithm, or what auto chose
+        **result.layout,  # how the design laid its ranks out (a grid's shape), where it chooses
     }
-    meta["design"] = result.design  # what trained: the options' algorithm, or what auto chose
-    meta.update(result.layout)  # how the design laid its ranks out (a grid's shape), where it chooses
     if result.trial_step_s:
         meta["auto_trial_step_s"] = result.trial_step_s
     if comm.mpi is not None:
@@ -152,13 +124,50 @@ def run_metadata(
         from mpinet.engine.mpilib import family_of
 
         version = mpi_library_version()
-        meta["mpi"] = {
-            "library": version,
-            "family": family_of(version),
-            "mpi4py": mpi4py.__version__,
-            "launcher": launcher,
-        }
+        meta["mpi"] = {"library": version, "family": family_of(version), "mpi4py": mpi4py.__version__}
+        meta["mpi"]["launcher"] = launcher
     return meta
+
+
+def _placement(comm: Comm, first_layer: str) -> dict:
+    """Where the ranks ran: hosts, their cores and CPUs, each rank's host and CPU binding, and each
+    host's L2 with the first layer's plan it gave (gathered from every rank)."""
+    host = socket.gethostname()
+    names = comm.gather_strings(host)  # by rank
+    cpus = dict(zip(names, comm.gather_strings(str(os.cpu_count() or 1))))  # host -> its CPUs
+    models = dict(zip(names, comm.gather_strings(cpu_model())))
+    # each rank's CPUs as the OS lets it run (a task plugin's binding shows here): a 2-thread rank
+    # bound to one CPU runs its BLAS threads on one core
+    affinity = comm.gather_strings(",".join(map(str, sorted(os.sched_getaffinity(0)))))
+    m = this_machine()
+    plans = comm.gather_objects({"l2_bytes": m.l2_bytes, "l2_source": m.l2_source, "first_layer": first_layer})
+    return {
+        "hosts": sorted(cpus),  # each rank's own host name: where the ranks really ran
+        "nodes": len(cpus),
+        "cores": sum(int(n) for n in cpus.values()),  # on all the hosts the ranks ran on
+        "rank_hosts": names,
+        "cpu_model": models,  # host -> the CPU it has (/proc/cpuinfo)
+        # host -> its L2 per core and the first layer's operand order and blocking it gave
+        # (mpinet.engine.model.first_layer_plan)
+        "first_layer": dict(zip(names, plans)),
+        "affinity": [[int(c) for c in a.split(",") if c] for a in affinity],  # by rank
+    }
+
+
+def _libraries(opts: Options, fused: bool) -> dict:
+    """Python, numpy and numpy's BLAS as this rank runs them, and whether its update was fused."""
+    from threadpoolctl import threadpool_info
+
+    blas_info = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    return {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "blas": [{k: i.get(k) for k in ("internal_api", "version", "architecture", "num_threads")} for i in blas_info],
+        "blas_threads": opts.blas_threads,
+        # the step's update folded into the gradient GEMM (mpinet.engine.blas): serial and local SGD's own
+        # steps, where numpy's BLAS allows it; False means matmul, then subtract (slower, same numbers)
+        "fused_update": bool(fused and blas.fused_available(opts.dtype)),
+    }
 
 
 def cpu_model() -> str:
