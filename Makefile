@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.study.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: retime numerics-lock docs test-fast test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-nodes install-profile clean help
+.PHONY: tag retime numerics-lock docs test-fast test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
@@ -41,6 +41,7 @@ help:
 	@echo "make benchmark-nodes  on a SLURM cluster with 2 free nodes: a 2-rank run on one node against two"
 	@echo "make install-profile  link profiles/slurm to ~/.config/snakemake/slurm (then: snakemake --profile slurm)"
 	@echo "make test-mpi         the engine's MPI tests and a small workflow run under MPI=$(MPI) (make test runs openmpi)"
+	@echo "make tag              tag this checkout v<version> (the tag the deployment instructions pin)"
 	@echo "make clean            remove results/, resources/ and logs/ (keeps .venv)"
 
 setup: $(STAMP)
@@ -126,6 +127,13 @@ test: lint
 	@# test_slurm.py (partition debug) beside test_slurm_nodes.py (partition nodes), then the restart
 	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadfile --durations=8
 	pytest -m restarts_cluster
+
+# the release tag the deployment instructions pin (docs/deploy.md); a repository may land without tags
+tag:
+	@v=$$(PYTHONPATH=src $(PYTHON) -c 'import mpinet; print(mpinet.__version__)'); \
+	if git rev-parse -q --verify "refs/tags/v$$v" >/dev/null; then \
+	  echo "error: tag v$$v exists (commit $$(git rev-list -n 1 v$$v)); bump mpinet.__version__ first" >&2; exit 1; fi; \
+	git tag "v$$v" && echo "tagged v$$v; publish it with: git push origin v$$v"
 
 # the numerics lock's entry for the engine's code (docs/reruns.md): the guard runs decide, not a hand
 numerics-lock: setup

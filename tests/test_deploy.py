@@ -108,3 +108,20 @@ def test_the_deployment_instructions_pin_this_releases_tag():
     assert tags == {f"v{mpinet.__version__}"}
     citation = yaml.safe_load((REPO / "CITATION.cff").read_text())
     assert citation["version"] == mpinet.__version__  # what a citation names is this release
+
+
+def test_make_tag_tags_this_checkout_with_its_version_once(tmp_path):
+    """A repository that landed without tags gets the one the deployment instructions pin; a second
+    `make tag` refuses to move it."""
+    import mpinet
+
+    repo = tmp_path / "checkout"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True, capture_output=True)
+    version = mpinet.__version__
+    subprocess.run(["git", "-C", str(repo), "tag", "-d", f"v{version}"], capture_output=True)  # as landed: none
+    first = subprocess.run(["make", "-s", "tag"], cwd=repo, capture_output=True, text=True, env=env())
+    assert first.returncode == 0 and f"tagged v{version}" in first.stdout, first.stderr
+    tags = subprocess.run(["git", "-C", str(repo), "tag", "-l"], capture_output=True, text=True).stdout.split()
+    assert f"v{version}" in tags
+    again = subprocess.run(["make", "-s", "tag"], cwd=repo, capture_output=True, text=True, env=env())
+    assert again.returncode != 0 and f"error: tag v{version} exists" in again.stderr
