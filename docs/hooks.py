@@ -3,8 +3,11 @@
 - `<!-- config-reference -->`: every config key from workflow/schemas/config.schema.yaml, with the
   experiment keys' defaults and help from the training options (mpinet.engine.options.Options).
 - `<!-- module-map -->`: every module of the package, by floor, with its docstring's first line.
+- `<!-- readme -->`: the README, the site's home page, its links made the site's (docs/x.md -> x.md;
+  a file outside docs/ named as code).
 """
 
+import re
 from pathlib import Path
 
 import yaml
@@ -20,7 +23,25 @@ def on_page_markdown(markdown: str, **kwargs) -> str:
         markdown = markdown.replace("<!-- config-reference -->", config_reference())
     if "<!-- module-map -->" in markdown:
         markdown = markdown.replace("<!-- module-map -->", module_map())
+    if "<!-- readme -->" in markdown:
+        markdown = markdown.replace("<!-- readme -->", readme())
     return markdown
+
+
+def readme() -> str:
+    """The README with its links as the site has them."""
+
+    def link(m: re.Match) -> str:
+        text, target, anchor = m.group(1), m.group(2), m.group(3) or ""
+        if target.startswith(("http://", "https://")):
+            return m.group(0)
+        if target.startswith("docs/"):
+            return f"[{text}]({target[len('docs/') :]}{anchor})"
+        if target == "CHANGELOG.md":
+            return f"[{text}](changelog.md{anchor})"
+        return f"`{target}` in the repository" if text == target else f"{text} (`{target}` in the repository)"
+
+    return re.sub(r"\[([^\]]+)\]\(([^)#\s]+)(#[^)\s]*)?\)", link, (REPO / "README.md").read_text())
 
 
 def config_keys() -> list[tuple[str, str, str, str]]:

@@ -125,7 +125,7 @@ def test_the_module_map_lists_every_module_of_the_package():
     assert modules == listed
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+@pytest.mark.parametrize("page", ["README.md"])
 def test_the_front_page_s_design_table_lists_the_engine_s_designs_in_order(page):
     """The table users read first and mpinet.engine.options.ALGORITHMS are two lists that must agree."""
     from mpinet.engine.options import ALGORITHMS
@@ -144,3 +144,14 @@ def test_the_report_s_front_page_lists_every_design_of_the_engine():
     text = (REPO / "workflow" / "report" / "workflow.rst").read_text()
     named = [d for d in re.findall(r"^\* ``(\w+)``", text, re.M)]
     assert named == list(ALGORITHMS)
+
+
+def test_the_site_s_home_page_is_the_readme_with_the_site_s_links():
+    """docs/index.md holds only the README's include (one source); its links become the site's."""
+    sys.path.insert(0, str(REPO / "docs"))
+    from hooks import readme
+
+    assert (REPO / "docs" / "index.md").read_text().strip() == "<!-- readme -->"
+    home = readme()
+    assert "](docs/" not in home and "](performance.md#a-whole-node-benchmarksnodepy)" in home
+    assert "[changelog](changelog.md)" in home and "`LICENSE` in the repository" in home
