@@ -6,9 +6,9 @@ import pytest
 from conftest import run_train, write_dataset
 from PIL import Image
 
-from mpinet.analysis.aggregate import write_tables
+from mpinet.analysis.aggregate import Tables, write_tables
 from mpinet.analysis.figures import FIGURES, NAMES
-from mpinet.analysis.plots import plot_dataset
+from mpinet.analysis.plots import FigureInputs, plot_dataset
 from mpinet.study.experiments import DEFAULTS
 
 
@@ -37,10 +37,11 @@ def small_run(tmp_path_factory):
         )
     m = tmp / "metrics"
     m.mkdir()
-    write_tables(runs, 0.8, m / "epochs.csv", m / "runs.csv", m / "seeds.csv")
+    write_tables(runs, 0.8, Tables(m / "epochs.csv", m / "runs.csv", m / "seeds.csv"))
     out = {f: tmp / "plots" / f"{f}.png" for f in NAMES}
     confusions = [r["dir"] / "confusion.csv" for r in runs]
-    texts = plot_dataset("small", m / "epochs.csv", m / "runs.csv", data / "summary.json", confusions, out, target=0.8)
+    inputs = FigureInputs(m / "epochs.csv", m / "runs.csv", data / "summary.json", confusions)
+    texts = plot_dataset("small", inputs, out, target=0.8)
     return out, texts, m
 
 

@@ -1,6 +1,7 @@
 """Metrics tables from recorded runs: per epoch, per run (with speedup over serial), per configuration."""
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -282,24 +283,39 @@ def summarize_seeds(runs: pd.DataFrame, epochs: pd.DataFrame | None = None) -> p
     return out.merge(cis.drop_duplicates(keys)[keys + columns], on=keys, how="left")
 
 
-def write_tables(
-    runs: list[dict],
-    target_accuracy: float,
-    epochs_csv,
-    runs_csv,
-    seeds_csv,
-    bench_csv=None,
-    model_csv=None,
-    front_page=None,
-    references=None,
-    references_csv=None,
-    environment_csv=None,
-    accounting_csv=None,
-) -> None:
-    """The three tables; with the microbenchmark's CSV also the cost model's predictions (model_csv)
-    and each run's model error (runs.csv); with references, each one's check (references_csv); the
-    environment the runs recorded (environment_csv, also on the front page) and SLURM's accounting of
-    each run (accounting_csv, its columns also in runs.csv)."""
+@dataclass
+class Tables:
+    """The files the aggregation writes, by the names the aggregate rule gives them: the three tables,
+    and the optional ones (None: not written)."""
+
+    epochs: str | Path
+    runs: str | Path
+    seeds: str | Path
+    model: str | Path | None = None  # the cost model's predictions (needs the microbenchmark's CSV)
+    references: str | Path | None = None  # each reference's check
+    environment: str | Path | None = None  # where the runs ran (also on the front page)
+    accounting: str | Path | None = None  # SLURM's accounting of each run (its columns also in runs.csv)
+    front_page: str | Path | None = None  # the report's front page (needs the study's name and description)
+
+
+@dataclass
+class Study:
+    """What the aggregation needs of the study besides its runs: its name and description for the front
+    page, its references, and the microbenchmark's CSV for the cost model (None: no model)."""
+
+    name: str = ""
+    description: str = ""
+    references: list = field(default_factory=list)
+    bench_csv: str | Path | None = None
+
+
+def write_tables(runs: list[dict], target_accuracy: float, out: Tables, study: Study | None = None) -> None:
+    """The tables of `runs` (dicts holding every PARAMS key and `dir`) into `out`; `study` adds the cost
+    model, the references' checks and the front page where `out` names their files."""
+    study = study or Study()
+    epochs_csv, runs_csv, seeds_csv, model_csv = out.epochs, out.runs, out.seeds, out.model
+    references_csv, environment_csv, accounting_csv = out.references, out.environment, out.accounting
+    bench_csv, references = study.bench_csv, study.references
     epochs, records = read_runs(runs)
     per_run = summarize_runs(epochs, target_accuracy)
     environment = environment_table([meta for _, meta in records])
@@ -319,9 +335,8 @@ def write_tables(
     if references_csv is not None:
         checked = evaluate(references or [], per_run)
         checked.to_csv(references_csv, index=False)
-    if front_page is not None:  # (description text, study, output): the report's front page with the headline
-        description, study, out = front_page
-        Path(out).write_text(headline_rst(runs_csv, description, study, checked, environment))
+    if out.front_page is not None:  # the report's front page, with the headline numbers
+        Path(out.front_page).write_text(headline_rst(runs_csv, study.description, study.name, checked, environment))
 
 
 MODEL_RANKS = range(1, 33)

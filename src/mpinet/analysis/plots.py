@@ -3,6 +3,7 @@ by training-set size and against time. One curve per configuration, seeds averag
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -28,21 +29,25 @@ from mpinet.study.experiments import varying
 MAX_VARIANT_ROWS = 6
 
 
-def plot_dataset(
-    dataset: str,
-    epochs_csv,
-    runs_csv,
-    summary_json,
-    confusions: list,
-    out: dict,
-    target: float | None = None,
-    model_csv=None,
-    environment_csv=None,
-) -> dict:
-    """Every figure of one dataset (mpinet.analysis.figures); confusions are its runs' confusion.csv
-    files, out maps figure name -> PNG path. Returns each figure's texts."""
+@dataclass
+class FigureInputs:
+    """What one dataset's figures read, by the names the plots rule gives them."""
+
+    epochs: str | Path  # the study's epochs.csv
+    runs: str | Path  # runs.csv
+    summary: str | Path  # the prepared dataset's summary.json
+    confusions: list  # its runs' confusion.csv files
+    model: str | Path | None = None  # model.csv: the cost model's lines
+    environment: str | Path | None = None  # environment.csv: where the runs ran
+
+
+def plot_dataset(dataset: str, inputs: FigureInputs, out: dict, target: float | None = None) -> dict:
+    """Every figure of one dataset (mpinet.analysis.figures); out maps figure name -> PNG path.
+    Returns each figure's texts."""
     if set(out) != set(NAMES):
         raise MpinetError(f"the figures asked for ({', '.join(sorted(out))}) are not the table's ({', '.join(NAMES)})")
+    epochs_csv, runs_csv, summary_json, confusions = inputs.epochs, inputs.runs, inputs.summary, inputs.confusions
+    model_csv, environment_csv = inputs.model, inputs.environment
     epochs = pd.read_csv(epochs_csv)
     runs = pd.read_csv(runs_csv)
     e, r = epochs[epochs["dataset"] == dataset], runs[runs["dataset"] == dataset]
