@@ -203,3 +203,14 @@ def test_a_pilot_refuses_a_study_spread_over_nodes_before_asking_slurm(tmp_path,
     assert err.count("\n") == 0 and "a pilot runs on one node" in err and "nodes 2" in err and str(config) in err
     assert pilot.main(["--configfile", str(tmp_path / "missing.yaml")]) == 1
     assert "missing.yaml: cannot read its experiments" in capsys.readouterr().err
+
+
+def test_the_snakemake_internal_the_pools_write_still_exists_in_the_pinned_version():
+    """common.smk's pool_name writes workflow.parent_groupids (no public way to map a pool's name to
+    the profile's `train` group-components entry); the DAG must still read it when it sizes groups."""
+    import importlib.util
+    from pathlib import Path
+
+    source = Path(importlib.util.find_spec("snakemake").origin).parent
+    assert "def parent_groupids(self)" in (source / "workflow.py").read_text()
+    assert "self.workflow.parent_groupids.get(groupid, groupid)" in (source / "dag.py").read_text()

@@ -1,12 +1,9 @@
 import functools
-import json
 import os
 import re
 import sys
 import time
 from pathlib import Path
-
-import pandas as pd
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import Paramspace, validate
@@ -73,7 +70,7 @@ for line in dropped_lines(EXPERIMENTS):
     print(f"config: {line}", file=sys.stderr)
 CONFIGFILES = workflow.config_settings.configfiles or [DEFAULT_CONFIG]
 DEFINITIONS = definitions(config, CONFIGFILES)
-validate(config, schema="../schemas/config.schema.yaml")
+validate(config, schema=SCHEMA)
 
 # Training jobs whose times enter a speedup run one at a time: every training job claims one
 # train_slot and there is one, unless `--resources train_slots=N` gives more (isolate_timing:
@@ -244,7 +241,8 @@ def pool_name(kind, threads, nodes):
     group must share), a run over 2 nodes or one with 2 BLAS threads per rank never sizes the
     allocation of runs that need less. Every pool counts as the profile's `train` group."""
     name = f"{POOL_GROUP}-{kind}-t{threads}" + (f"-n{nodes}" if nodes else "")
-    # how Snakemake itself maps a wildcard group name to its --group-components entry
+    # Snakemake's own map of a group name to its --group-components entry (rules.py fills it for a
+    # group named by a function; a pool's name is one): no public way to say it, kept by a test
     workflow.parent_groupids[name] = POOL_GROUP
     return name
 
