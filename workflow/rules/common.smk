@@ -33,6 +33,7 @@ from mpinet.launch import launcher, walltime
 from mpinet.analysis.figures import FIGURES
 from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION, SYNTHESIS, job_code, script_code
 from mpinet.layout import (
+    DATA_ROOT,
     RECORD_FILE,
     RUN_FILES,
     RUNS_ROOT,
@@ -61,9 +62,7 @@ from mpinet.study.definitions import check_definitions, definitions, write_defin
 # fills in the defaults.
 SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
 try:
-    EXPERIMENTS = check_study(
-        config, SCHEMA, lambda d: dataset.prepared_size(f"resources/data/{d}")
-    )
+    EXPERIMENTS = check_study(config, SCHEMA, lambda d: dataset.prepared_size(f"{DATA_ROOT}/{d}"))
 except MpinetError as e:
     raise WorkflowError(str(e)) from None
 for line in dropped_lines(EXPERIMENTS):

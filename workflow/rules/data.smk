@@ -51,14 +51,14 @@ rule prepare:
     input:
         raw="resources/raw/{dataset}",
     output:
-        multiext("resources/data/{dataset}/", *DATASET_FILES),
+        multiext(f"{DATA_ROOT}/{{dataset}}/", *DATASET_FILES),
     log:
         "logs/data/prepare_{dataset}.log",
     conda:
         "../envs/mpinet.yaml"
     threads: 2
     params:
-        out="resources/data/{dataset}",
+        out=f"{DATA_ROOT}/{{dataset}}",
         fmt=lambda w: config["datasets"][w.dataset]["format"],
         options=lambda w: prepare_options(config["datasets"][w.dataset]),
         source=get_source,

@@ -4,7 +4,7 @@ rule plots:
         runs=rules.aggregate.output.runs,
         model=rules.aggregate.output.model,
         environment=rules.aggregate.output.environment,
-        summary="resources/data/{dataset}/summary.json",
+        summary=f"{DATA_ROOT}/{{dataset}}/summary.json",
         confusions=lambda w: GRID.confusion_files(w.dataset),
         timelines=lambda w: GRID.dataset_files(w.dataset, TIMELINE_FILE),
     output:

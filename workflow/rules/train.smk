@@ -9,7 +9,7 @@
 # What the two training rules share, defined once. What reruns a job is its parameters and inputs,
 # the numerics fingerprint among them: the workflow profile (profiles/default) leaves Snakemake's
 # `code` trigger out, so these shell texts can be edited without retraining anything.
-TRAIN_INPUT = {"data": multiext("resources/data/{dataset}/", *DATASET_FILES)}
+TRAIN_INPUT = {"data": multiext(f"{DATA_ROOT}/{{dataset}}/", *DATASET_FILES)}
 TRAIN_OUTPUT = {output_key(f): f"{RUNS_ROOT}/{RUN}/{f}" for f in RUN_FILES}
 TRAIN_LOG = f"{TRAIN_LOGS}/{RUN}.log"
 TRAIN_BENCHMARK = f"results/benchmarks/train/{RUN}.tsv"
