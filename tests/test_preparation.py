@@ -36,8 +36,9 @@ DEFAULTS = {
     "skip_bad_images": False,
     "include_pred": False,
 }
-# summary keys that hold this machine's paths, not the data
-PATH_KEYS = ("source", "file", "test_split", "skipped_files")
+# summary keys that hold this machine's paths, not the data; and how a table was read (its reader's
+# decisions, added in 0.9.0: what they decide shows in the arrays, classes and counts compared)
+PATH_KEYS = ("source", "file", "test_split", "skipped_files", "table")
 
 
 def _png(rng, cls: int) -> bytes:
@@ -151,7 +152,7 @@ def test_the_data_fingerprints_cover_their_modules_and_not_the_command_line(tmp_
     assert after("datasets/fetch.py", "CHUNK = 1 << 20", "CHUNK = 1 << 21") != base
     changes_images = after("datasets/images.py", "def _flatten(", "X = 1\n\n\ndef _flatten(") != base
     assert changes_images == (name == "PREPARATION-images")
-    changes_tables = after("datasets/csvdata.py", "def _is_number(", "X = 1\n\n\ndef _is_number(") != base
+    changes_tables = after("datasets/csvdata.py", "def _number(", "X = 1\n\n\ndef _number(") != base
     assert changes_tables == (name == "PREPARATION-csv")
     bumped = dataclasses.replace(guard, version=guard.version + 1)
     assert bumped.value() == bumped.code_hash() != base

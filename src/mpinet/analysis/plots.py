@@ -187,7 +187,26 @@ def class_counts(summary_json, title: str, path) -> dict:
     ax.set_xlabel("class")
     ax.set_ylabel("samples")
     kind = " (SYNTHETIC images)" if s.get("synthetic") else ""
-    return finish(fig, [ax], f"{title}{kind}: samples per class", path)
+    read = f"\n{how_read(s['table'])}" if "table" in s else ""  # a wrong guess of `auto` shows here
+    return finish(fig, [ax], f"{title}{kind}: samples per class{read}", path)
+
+
+def how_read(table: dict) -> str:
+    """How a table was read (its summary's `table`), in one line for a figure."""
+    parts = [f"table read as {table.get('format', 'delimited text')}"]
+    if "separator" in table:
+        parts.append(f"separator {table['separator']!r}, {'a' if table['header'] else 'no'} header")
+    if table.get("decimal") == ",":
+        parts.append("decimal comma")
+    found = table.get("found") or []
+    if found:
+        parts.append(f"({' and '.join(found)} found by auto)")
+    parts.append(f"label '{table['label_column']}'")
+    if table.get("id_columns"):
+        parts.append(f"ids left out: {', '.join(table['id_columns'])}")
+    if table.get("rows_dropped_missing"):
+        parts.append(f"{table['rows_dropped_missing']} rows with missing values dropped")
+    return "; ".join(parts)
 
 
 def best_run(runs: pd.DataFrame, dataset: str) -> pd.Series:

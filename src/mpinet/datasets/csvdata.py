@@ -1,9 +1,6 @@
-"""CSV datasets (Iris): read the file, drop id columns and duplicates, split, standardize, write arrays."""
+"""Table datasets (Iris, UCI, OpenML, Kaggle): read the table (mpinet.datasets.tables), pick the label,
+drop id columns, missing rows by the stated policy and duplicates, split, standardize, write arrays."""
 
-import codecs
-import csv
-import io
-import math
 import re
 from pathlib import Path
 
@@ -13,96 +10,81 @@ from mpinet import MpinetError
 from mpinet.datasets import dataset, prepared
 from mpinet.datasets.fetch import is_metadata
 from mpinet.datasets.split import stratified_split
+from mpinet.datasets.tables import MISSING, number, read_cells
 from mpinet.files import staging_dir
 
-TABLE_SUFFIXES = (".csv", ".data", ".txt", ".tsv")
+TABLE_SUFFIXES = (".csv", ".data", ".txt", ".tsv", ".arff", ".parquet", ".pq")
+# a dataset's keys that say how its table is read (mpinet.datasets.tables, read_labelled)
+READING_KEYS = ("label_column", "id_column", "missing", "separator", "header")
+MISSING_POLICIES = ("refuse", "drop_rows")
+# the defaults of the keys prepare needs, as the workflow's schema states them (a test ties them)
+DEFAULTS = {"test_fraction": 0.3, "split_seed": 0}
 ID_NAME = re.compile(r"^(id|index|unnamed: ?0|)$", re.IGNORECASE)
 
 
-def decode_text(path: Path) -> tuple[str, str]:
-    """A text file's content and its encoding: UTF-8 (with or without BOM) or UTF-16 with a BOM
-    (Excel's "Unicode text"); anything else that is not UTF-8 is read as Windows-1252, what
-    spreadsheet programs on Windows write, and the summary records that."""
-    raw = path.read_bytes()
-    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        try:
-            return raw.decode("utf-16"), "utf-16"
-        except UnicodeDecodeError as e:
-            raise MpinetError(f"{path}: UTF-16 text cut or damaged at byte {e.start}") from None
-    if b"\0" in raw[:4096]:
-        raise MpinetError(f"{path}: holds NUL bytes; expected a text file (CSV), not a binary one")
-    try:
-        return raw.decode("utf-8-sig"), "utf-8"
-    except UnicodeDecodeError:
-        pass
-    try:
-        return raw.decode("cp1252"), "cp1252"
-    except UnicodeDecodeError as e:
-        raise MpinetError(f"{path}: byte {e.start} is neither UTF-8 nor Windows-1252 text; save it as UTF-8") from None
+def read_table(
+    path: str | Path, label_column=None, reading: dict | None = None
+) -> tuple[np.ndarray, list[str], list[str]]:
+    """Read a table into (features float64[n, d], labels, feature names): read_labelled without its
+    decisions. `label_column` (a name, or a 0-based index) is a shorthand for reading's key."""
+    reading = dict(reading or {}, **({"label_column": label_column} if label_column is not None else {}))
+    return read_labelled(Path(path), reading)[:3]
 
 
-def read_table(path: str | Path, label_column: str | None = None) -> tuple[np.ndarray, list[str], list[str]]:
-    """Read a CSV into (features float64[n, d], labels, feature names).
-
-    Handles Kaggle's Iris.csv (Id column dropped), UCI's headerless iris.data and any CSV
-    with a header; the label is `label_column` (a name, or a 0-based index for headerless
-    files) or else the last column.
-    """
-    path = Path(path)
-    text, _ = decode_text(path)
-    rows = [
-        (i, r) for i, r in enumerate(csv.reader(io.StringIO(text, newline="")), start=1) if any(c.strip() for c in r)
-    ]
-    if not rows:
-        raise MpinetError(f"{path}: empty file; expected a CSV with feature columns and a label column")
-    first = [c.strip() for c in rows[0][1]]
-    has_header = not all(_is_number(c) for c in first[:-1]) or (label_column is not None and label_column in first)
-    if has_header:
-        names, rows = first, rows[1:]
-        for j, n in enumerate(names):
-            if not n:
-                raise MpinetError(f"{path}: header column {j + 1} has no name; expected a name for every column")
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise MpinetError(f"{path}: header names column(s) {', '.join(dup)} more than once")
-    else:
-        names = [f"column{j}" for j in range(len(first))]
-    label_idx = _label_index(path, names, label_column, has_header)
+def read_labelled(path: Path, reading: dict) -> tuple[np.ndarray, list[str], list[str], dict]:
+    """(features float64[n, d], labels, feature names, what was decided) of the table in path
+    (mpinet.datasets.tables reads its cells). `reading` holds the dataset's keys: label_column (a
+    name or a 0-based index; default the last column), id_column (excluded; so are columns a header
+    names like an id and, in a headerless table, a first column of distinct integers or one counting
+    0, 1, 2...), missing
+    (refuse or drop_rows rows with a `?`, `NA` or empty cell), separator and header."""
+    table = read_cells(path, reading)
+    names, rows, decimal = table.names, table.rows, table.decided["decimal"]
     width = len(names)
     if width < 2:
         raise MpinetError(f"{path}: {width} column; expected at least one feature column and a label column")
     if not rows:
         raise MpinetError(f"{path}: no data rows after the header")
-
-    feature_idx = [j for j in range(width) if j != label_idx]
-    values, labels = np.empty((len(rows), len(feature_idx))), []
-    for r, (line, cells) in enumerate(rows):
+    label_idx = column_index(path, names, reading.get("label_column"), "label_column", width - 1)
+    named = {column_index(path, names, reading["id_column"], "id_column", 0)} if "id_column" in reading else set()
+    named |= {j for j, n in enumerate(names) if table.decided["header"] and ID_NAME.match(n)} - {label_idx}
+    policy = reading.get("missing", "refuse")
+    if policy not in MISSING_POLICIES:
+        raise MpinetError(f"missing: unknown {policy!r}; expected {' or '.join(MISSING_POLICIES)}")
+    feature_idx = [j for j in range(width) if j != label_idx and j not in named]
+    values, labels, dropped = [], [], 0
+    for line, cells in rows:
         if len(cells) != width:
             raise MpinetError(f"{path}: row {line} has {len(cells)} cells, expected {width}")
-        label = cells[label_idx].strip()
-        if not label:
-            raise MpinetError(f"{path}: row {line}: the label column '{names[label_idx]}' is empty")
-        labels.append(label)
-        for k, j in enumerate(feature_idx):
-            cell = cells[j].strip()
-            if not _is_number(cell):
-                raise MpinetError(f"{path}: row {line}, column '{names[j]}': '{cell}' is not a number")
-            values[r, k] = float(cell)
-    keep = [k for k, j in enumerate(feature_idx) if not _is_id_column(names[j], values[:, k], has_header)]
-    return values[:, keep], labels, [names[feature_idx[k]] for k in keep]
+        gaps = [j for j in [label_idx, *feature_idx] if cells[j] in MISSING]
+        if gaps and policy == "drop_rows":
+            dropped += 1
+            continue
+        if gaps:
+            j = gaps[0]
+            what = f"the label column '{names[j]}'" if j == label_idx else f"column '{names[j]}'"
+            how = "is empty" if not cells[j] else f"is missing ({cells[j]!r})"
+            raise MpinetError(f"{path}: row {line}: {what} {how}; set missing: drop_rows to drop such rows")
+        values.append([_number(path, line, names[j], cells[j], decimal) for j in feature_idx])
+        labels.append(cells[label_idx])
+    if not values:
+        raise MpinetError(f"{path}: every row has a missing value; nothing is left to train on")
+    x = np.array(values, dtype=np.float64)
+    headerless = not table.decided["header"]
+    detected = {j for k, j in enumerate(feature_idx) if headerless and _is_id_column(j, x[:, k])}
+    keep = [k for k, j in enumerate(feature_idx) if j not in detected]
+    ids = sorted(named | detected)
+    decided = {**table.decided, "label_column": names[label_idx], "id_columns": [names[j] for j in ids]}
+    decided |= {"missing": policy, "rows_dropped_missing": dropped, "encoding": table.encoding}
+    return x[:, keep], labels, [names[feature_idx[k]] for k in keep], decided
 
 
 def prepare(raw_dir: str | Path, out_dir: str | Path, options: dict, source: str = "", workers=None) -> dict:
     """The dataset directory out_dir from the one table in raw_dir (mpinet.datasets.prepare's entry;
     one process: a table is small)."""
-    return prepare_table(
-        find_table(raw_dir),
-        out_dir,
-        label_column=options.get("label_column"),  # optional: the last column
-        test_fraction=options["test_fraction"],
-        seed=options["split_seed"],
-        source=source,
-    )
+    options = {**DEFAULTS, **options}  # the command line may give none (mpinet.datacli)
+    reading = {k: options[k] for k in READING_KEYS if k in options}
+    return prepare_table(find_table(raw_dir), out_dir, reading, options["test_fraction"], options["split_seed"], source)
 
 
 def find_table(raw_dir: str | Path) -> Path:
@@ -115,7 +97,7 @@ def find_table(raw_dir: str | Path) -> Path:
     )
     found = [p for p in found if p.name.lower() not in ("readme.txt", "synthetic.txt")]
     if not found:
-        raise MpinetError(f"{raw}: no table file (.csv or .data) found")
+        raise MpinetError(f"{raw}: no table file ({', '.join(TABLE_SUFFIXES)}) found")
     if len(found) > 1:
         names = ", ".join(str(p.relative_to(raw)) for p in found)
         raise MpinetError(f"{raw}: several table files ({names}); keep one, or point source at the file itself")
@@ -123,16 +105,12 @@ def find_table(raw_dir: str | Path) -> Path:
 
 
 def prepare_table(
-    path: str | Path,
-    out_dir: str | Path,
-    label_column: str | None = None,
-    test_fraction: float = 0.3,
-    seed: int = 0,
-    source: str = "",
+    path: str | Path, out_dir: str | Path, reading: dict | None = None, test_fraction=0.3, seed=0, source=""
 ) -> dict:
-    """Turn a CSV into a standardized, stratified train/test dataset directory; returns its summary."""
-    x, labels, names = read_table(path, label_column)
-    _, encoding = decode_text(Path(path))
+    """Turn a table into a standardized, stratified train/test dataset directory; returns its summary.
+    `reading`: how to read it (read_labelled's keys)."""
+    x, labels, names, decided = read_labelled(Path(path), reading or {})
+    encoding = decided.pop("encoding")
     rows = [tuple(v) + (lab,) for v, lab in zip(x.tolist(), labels)]
     seen, keep = set(), []
     for i, row in enumerate(rows):
@@ -155,6 +133,8 @@ def prepare_table(
     summary = {
         "format": "csv",
         "encoding": encoding,
+        # how the file was read: what `auto` decided, the label, the ids left out, rows dropped
+        "table": decided,
         "source": source or str(path),
         "file": str(path),
         "features": names,
@@ -180,27 +160,29 @@ def prepare_table(
     return summary
 
 
-def _label_index(path: Path, names: list[str], label_column: str | None, has_header: bool) -> int:
-    if label_column is None:
-        return len(names) - 1
-    if label_column in names:
-        return names.index(label_column)
-    if not has_header and str(label_column).lstrip("-").isdigit():
-        return int(label_column) % len(names)
-    raise MpinetError(f"{path}: label column '{label_column}' is not in the header ({', '.join(names)})")
+def column_index(path: Path, names: list[str], spec, key: str, default: int) -> int:
+    """A column given by name or by 0-based index (default: `default`), for the key `key`."""
+    if spec is None:
+        return default
+    if str(spec) in names:
+        return names.index(str(spec))
+    if isinstance(spec, int) or str(spec).lstrip("-").isdigit():
+        if -len(names) <= int(spec) < len(names):
+            return int(spec) % len(names)
+        raise MpinetError(f"{key}: column {spec} is out of range; {path} has columns 0 to {len(names) - 1}")
+    raise MpinetError(f"{path}: {key.replace('_', ' ')} '{spec}' is not in the header ({', '.join(names)})")
 
 
-def _is_number(text: str) -> bool:
-    """A finite number: not nan, not inf, and not a value like 1e400 that overflows to inf."""
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
+def _number(path: Path, line: int, name: str, cell: str, decimal: str) -> float:
+    value = number(cell, decimal)
+    if value is None:
+        raise MpinetError(f"{path}: row {line}, column '{name}': '{cell}' is not a number")
+    return value
+
+
+def _is_id_column(j: int, col: np.ndarray) -> bool:
+    """Distinct integers in the first column (an id), or anywhere counting 0, 1, 2... or 1, 2, 3..."""
+    if len(col) <= 2 or not np.all(col == np.round(col)):
         return False
-
-
-def _is_id_column(name: str, col: np.ndarray, has_header: bool) -> bool:
-    """An id column is named like one, or (headerless) counts 0, 1, 2... or 1, 2, 3..."""
-    if has_header and ID_NAME.match(name.strip()):
-        return True
-    steps = np.diff(col)
-    return not has_header and len(col) > 2 and bool(np.all(steps == 1)) and col[0] in (0, 1)
+    counting = bool(np.all(np.diff(col) == 1)) and col[0] in (0, 1)
+    return counting or (j == 0 and len(np.unique(col)) == len(col))
