@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import env, run_train, train_with_a_slow_rank, weights
+from conftest import env, run_train, weights
 
 from mpinet.analysis.timelines import summary
 from mpinet.datasets import dataset
@@ -85,22 +85,6 @@ def test_the_step_percentiles_bound_each_other_and_the_epoch(small_dataset):
     # the recorded steps of the last epoch add up to its training time (they are its every step)
     last = result.timeline[0]["steps"][-1][2]
     assert last == pytest.approx(m["time_s"].iloc[-1], rel=0.05)
-
-
-@pytest.mark.mpi
-def test_a_slow_rank_shows_as_its_long_compute_and_the_others_wait(small_dataset, tmp_path):
-    """Rank 1 computes 30 ms longer every step (far above this machine's noise): in the timeline its
-    compute spans are long, and rank 0 waits that long in every exchange."""
-    train_with_a_slow_rank(small_dataset, tmp_path / "o", epochs=2)
-    trace = json.loads((tmp_path / "o" / "timeline.json").read_text())
-    spans = check_trace(trace)
-    by = {(e["tid"], e["cat"]): [] for e in spans}
-    for e in spans:
-        by[(e["tid"], e["cat"])].append(e["dur"] / 1e6)
-    assert min(by[(1, "compute")]) > 0.025  # the slow rank
-    assert np.median(by[(0, "wait")]) > 0.025 and len(by[(0, "wait")]) == 60 // 4  # every step
-    assert sum(by.get((1, "wait"), [0])) < 0.2 * sum(by[(0, "wait")])  # the slow rank hardly waits
-    assert trace["otherData"]["algorithm"] == "allreduce" and trace["otherData"]["ranks"] == 2
 
 
 @pytest.mark.mpi

@@ -598,9 +598,22 @@ def test_a_batch_size_beyond_the_data_is_full_batch_without_huge_buffers(small_d
 
 
 @pytest.mark.mpi
-def test_the_wait_for_a_slow_rank_is_told_apart_from_moving_bytes(small_dataset, tmp_path):
-    # rank 1 computes 30 ms longer every step: rank 0 waits for it in every Allreduce
+def test_the_wait_for_a_slow_rank_is_told_apart_from_moving_bytes_in_the_metrics_and_the_timeline(
+    small_dataset, tmp_path
+):
+    """Rank 1 computes 30 ms longer every step (far above this machine's noise): rank 0 waits for it
+    in every Allreduce, which the metrics split from moving bytes and the timeline draws (one run for
+    both)."""
+    from test_timeline import check_trace
+
     train_with_a_slow_rank(small_dataset, tmp_path / "o", epochs=3)
+    spans = check_trace(json.loads((tmp_path / "o" / "timeline.json").read_text()))
+    by = {(e["tid"], e["cat"]): [] for e in spans}
+    for e in spans:
+        by[(e["tid"], e["cat"])].append(e["dur"] / 1e6)
+    assert min(by[(1, "compute")]) > 0.025  # the slow rank
+    assert np.median(by[(0, "wait")]) > 0.025 and len(by[(0, "wait")]) == 60 // 4  # every step
+    assert sum(by.get((1, "wait"), [0])) < 0.2 * sum(by[(0, "wait")])  # the slow rank hardly waits
     m = pd.read_csv(tmp_path / "o" / "metrics.csv")
     steps = 60 // 4  # 60 samples, a global batch of 2 x 2
     assert (m["wait_max_s"] > 0.8 * steps * 0.03).all(), m  # rank 0 sat out rank 1's extra compute
