@@ -381,7 +381,7 @@ def kernels(data, features, hidden, batches, dtypes, gemm, bandwidth) -> dict:
     the unfused GEMM plus the update's passes. Allreduce needs the gradient in memory to send it."""
     from threadpoolctl import threadpool_limits
 
-    from mpinet.engine.model import Workspace, backward, forward, init_params, layer_views
+    from mpinet.engine.model import Views, Workspace, backward, forward, init_params, layer_views
 
     out = {}
     with threadpool_limits(1, user_api="blas"):
@@ -397,9 +397,9 @@ def kernels(data, features, hidden, batches, dtypes, gemm, bandwidth) -> dict:
                 y = rng.integers(0, CLASSES, b)
                 rows = _Batches(data, b, dt)
                 fwd = _median_time(lambda rows=rows, ws=ws: forward(net, layers, rows.next(), ws))  # noqa: B023
-                bwd = _median_time(lambda x=x, y=y, ws=ws: backward(net, layers, grad_layers, x, y, ws, 1e-9))  # noqa: B023
+                bwd = _median_time(lambda x=x, y=y, ws=ws: backward(Views(net, layers, grad_layers, ws), x, y, 1e-9))  # noqa: B023
                 fused = _median_time(
-                    lambda x=x, y=y, ws=ws: backward(net, layers, grad_layers, x, y, ws, 1e-20, update=True)  # noqa: B023
+                    lambda x=x, y=y, ws=ws: backward(Views(net, layers, grad_layers, ws), x, y, 1e-20, update=True)  # noqa: B023
                 )
                 upd = _median_time(lambda: np.subtract(params, grads, out=params))  # noqa: B023
                 g = gemm[f"{dt}/{b}"]

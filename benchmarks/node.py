@@ -225,7 +225,7 @@ def calibrate_worker(a) -> int:
     from mpinet.datasets.dataset import features
     from mpinet.engine.comm import Comm
     from mpinet.engine.exchanges import Factors, Step
-    from mpinet.engine.model import Workspace, backward, forward, init_params, layer_views
+    from mpinet.engine.model import Views, Workspace, backward, forward, init_params, layer_views
     from mpinet.engine.nodeshared import NodeShared
 
     world = MPI.COMM_WORLD
@@ -262,7 +262,7 @@ def calibrate_worker(a) -> int:
         def gradient(ws=ws, y=y, rows=rows, update=False, first=True):
             x = rows()
             forward(net, layers, x, ws)
-            backward(net, layers, grad_layers, x, y, ws, 1e-20 if update else 1e-9, update=update, first=first)
+            backward(Views(net, layers, grad_layers, ws), x, y, 1e-20 if update else 1e-9, update=update, first=first)
 
         out["grad_s"][str(b)] = timed(gradient)
         out["fused_s"][str(b)] = timed(lambda gradient=gradient: gradient(update=True))
@@ -295,7 +295,7 @@ def _shard_step(net, layers, grad_layers, x_all, b: int, shards: int):
     layer for the group's S x b rows, the small layers on them, its units' update (no exchange)."""
     from mpinet.datasets.dataset import features
     from mpinet.engine.comm import even_split
-    from mpinet.engine.model import Workspace, backward, first_layer_units, forward
+    from mpinet.engine.model import Views, Workspace, backward, first_layer_units, forward
 
     rows, units = shards * b, net.sizes[1]
     ws, buf = Workspace(net, rows), np.empty((rows, net.sizes[0]), dtype=np.float32)
@@ -309,7 +309,7 @@ def _shard_step(net, layers, grad_layers, x_all, b: int, shards: int):
         x = features(np.asarray(x_all[start : start + rows]), buf)
         zt[mine] = first_layer_units(layers[0][0][mine], x, ws)
         forward(net, layers, x, ws, first_t=zt)
-        backward(net, layers, grad_layers, x, y, ws, 1e-20, update=True, first=mine)
+        backward(Views(net, layers, grad_layers, ws), x, y, 1e-20, update=True, first=mine)
 
     return run
 
@@ -353,12 +353,12 @@ def predict(design: str, p: int, b: int, samples: int, calibration: dict, a) -> 
         return steps * (grad + 2 * (p - 1) * c["message_s"])
     if design in ("sharded", "grid"):
         return steps * _grid_step(design, p, b, c, a)
-    from mpinet.analysis.costmodel import Link, epoch_seconds
+    from mpinet.analysis.costmodel import Link, Work, epoch_seconds
 
     nbytes = Net((a.features, *a.hidden, CLASSES)).n_params * 4
     beta = max(c["message_s"] - c["latency_s"], 0.0) / nbytes
     sizes = (a.features, *a.hidden, CLASSES)
-    return epoch_seconds(design, p, samples, b, grad / b, sizes, 4, Link(c["latency_s"], beta))
+    return epoch_seconds(design, p, Work(samples, b, grad / b, sizes, 4), Link(c["latency_s"], beta))
 
 
 def _grid_step(design: str, p: int, b: int, c: dict, a) -> float:

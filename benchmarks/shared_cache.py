@@ -85,7 +85,7 @@ def worker(a) -> int:
 
     from mpinet.engine.comm import Comm
     from mpinet.engine.exchanges import GradientAllreduce, Step
-    from mpinet.engine.model import Workspace, backward, forward, init_params, layer_views
+    from mpinet.engine.model import Views, Workspace, backward, forward, init_params, layer_views
 
     comm = MPI.COMM_WORLD
     exchange = GradientAllreduce(Comm(comm))
@@ -113,7 +113,7 @@ def worker(a) -> int:
                         step += 1
                         t = time.perf_counter()
                         forward(net, layers, x[s : s + b], ws)
-                        backward(net, layers, grad_layers, x[s : s + b], y[s : s + b], ws, 1e-9)
+                        backward(Views(net, layers, grad_layers, ws), x[s : s + b], y[s : s + b], 1e-9)
                         if mode == "with Allreduce":
                             exchange.step(params, grads, Step(i, a.steps, *[None] * 3, 0.0))
                         else:

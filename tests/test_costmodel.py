@@ -11,6 +11,7 @@ import pytest
 from mpinet.analysis.costmodel import (
     COMPUTE_KEYS,
     Link,
+    Work,
     allgather_seconds,
     allreduce_seconds,
     epoch_seconds,
@@ -83,11 +84,11 @@ def test_epoch_time_splits_compute_over_ranks_and_adds_the_exchange_per_step():
     size = n_params(100, "10", 3)
     assert size == 100 * 10 + 10 + 10 * 3 + 3
     sizes = layer_sizes(100, "10", 3)
-    serial = epoch_seconds("serial", 1, 1000, 8, 2e-5, sizes, 4, link)
+    serial = epoch_seconds("serial", 1, Work(1000, 8, 2e-5, sizes, 4), link)
     assert serial == pytest.approx(0.02)
-    two = epoch_seconds("allreduce", 2, 1000, 8, 2e-5, sizes, 4, link)
+    two = epoch_seconds("allreduce", 2, Work(1000, 8, 2e-5, sizes, 4), link)
     assert two == pytest.approx(0.01 + math.ceil(1000 / 16) * allreduce_seconds(2, size * 4, 4, link))
-    ps = epoch_seconds("paramserver", 3, 1000, 8, 2e-5, sizes, 4, link)
+    ps = epoch_seconds("paramserver", 3, Work(1000, 8, 2e-5, sizes, 4), link)
     assert ps == pytest.approx(math.ceil(1000 / 16) * (2e-5 * 8 + paramserver_step_seconds(3, size * 4, link)))
 
 
@@ -110,11 +111,11 @@ def test_the_small_batch_designs_split_the_first_layer_s_work_as_they_run_it():
     share = first_layer_share(sizes)
     macs = 10000 * 30 + 30 * 20 + 20 * 6
     assert share == pytest.approx(10000 * 30 / (2 * macs + 30 * 20 + 20 * 6))
-    serial = epoch_seconds("serial", 1, 1024, 4, 1e-4, sizes, 4, free)
-    sharded = epoch_seconds("sharded", 4, 1024, 4, 1e-4, sizes, 4, free)
+    serial = epoch_seconds("serial", 1, Work(1024, 4, 1e-4, sizes, 4), free)
+    sharded = epoch_seconds("sharded", 4, Work(1024, 4, 1e-4, sizes, 4), free)
     assert sharded == pytest.approx(serial * (2 * share / 4 + 1 - 2 * share))
     assert serial / 4 < sharded < serial / 3.9  # nearly P: the first layer is nearly all the work
-    allgather = epoch_seconds("allgather", 4, 1024, 4, 1e-4, sizes, 4, free)
+    allgather = epoch_seconds("allgather", 4, Work(1024, 4, 1e-4, sizes, 4), free)
     assert allgather == pytest.approx(serial / 4 * (1 + 3 * share))  # about half the work does not split
     # and what they send: the rows and errors (allgather), the first layer's outputs (sharded)
     link = Link(1e-5, 1e-9)
@@ -124,23 +125,27 @@ def test_the_small_batch_designs_split_the_first_layer_s_work_as_they_run_it():
     gathered = allgather_seconds(4, 16 * 10000 * 4, link) + allgather_seconds(4, 16 * 30 * 4, link)
     per_step = 1e-4 * (4 + 12 * share) + gathered + allreduce_seconds(4, rest, 4, link)
     bcast = 2 * link.message(10000 * 30 * 4)
-    assert epoch_seconds("allgather", 4, 1024, 4, 1e-4, sizes, 4, link) == pytest.approx(steps * per_step + bcast)
+    assert epoch_seconds("allgather", 4, Work(1024, 4, 1e-4, sizes, 4), link) == pytest.approx(steps * per_step + bcast)
     sharded_step = 1e-4 * 16 * (2 * share / 4 + 1 - 2 * share) + allgather_seconds(4, 16 * 30 * 4, link)
     once = allgather_seconds(4, 10000 * 30 * 4, link) + 2 * link.message(rest)
-    assert epoch_seconds("sharded", 4, 1024, 4, 1e-4, sizes, 4, link) == pytest.approx(steps * sharded_step + once)
+    assert epoch_seconds("sharded", 4, Work(1024, 4, 1e-4, sizes, 4), link) == pytest.approx(
+        steps * sharded_step + once
+    )
 
 
 def test_the_node_design_divides_all_the_work_and_sends_only_two_barriers_and_the_small_layers():
     """node computes as allreduce (the first layer's update split by columns, the same flops as a
     rank's own gradient) and exchanges no byte of the first layer: two barriers and the small layers."""
     sizes, link = (10000, 30, 20, 6), Link(1e-5, 1e-9)
-    serial = epoch_seconds("serial", 1, 1024, 4, 1e-4, sizes, 4, link)
-    assert epoch_seconds("node", 4, 1024, 4, 1e-4, sizes, 4, Link(0.0, 0.0)) == pytest.approx(serial / 4)
+    serial = epoch_seconds("serial", 1, Work(1024, 4, 1e-4, sizes, 4), link)
+    assert epoch_seconds("node", 4, Work(1024, 4, 1e-4, sizes, 4), Link(0.0, 0.0)) == pytest.approx(serial / 4)
     rest = (n_params(10000, "30-20", 6) - 10000 * 30) * 4
     step = 2 * 2 * link.alpha + rest * link.beta  # two barriers of log2(4) messages each
-    assert epoch_seconds("node", 4, 1024, 4, 1e-4, sizes, 4, link) == pytest.approx(serial / 4 + 1024 // 16 * step)
-    assert epoch_seconds("node", 16, 1024, 4, 1e-4, sizes, 4, link) < epoch_seconds(
-        "allreduce", 16, 1024, 4, 1e-4, sizes, 4, link
+    assert epoch_seconds("node", 4, Work(1024, 4, 1e-4, sizes, 4), link) == pytest.approx(
+        serial / 4 + 1024 // 16 * step
+    )
+    assert epoch_seconds("node", 16, Work(1024, 4, 1e-4, sizes, 4), link) < epoch_seconds(
+        "allreduce", 16, Work(1024, 4, 1e-4, sizes, 4), link
     )
 
 

@@ -5,6 +5,7 @@ from mpinet.engine.machine import Machine, l2_cache, parse_size
 from mpinet.engine.model import (
     LOSSES,
     Net,
+    Views,
     Workspace,
     backward,
     first_layer_plan,
@@ -30,7 +31,7 @@ def test_gradients_match_central_finite_differences(loss, standardize):
     x, y = rng.normal(size=(6, 5)), rng.integers(0, 3, 6)
     ws = Workspace(net, 8)
     forward(net, layers, x, ws)
-    backward(net, layers, grad_layers, x, y, ws, scale=1.0)
+    backward(Views(net, layers, grad_layers, ws), x, y, scale=1.0)
     numeric = np.empty_like(params)
     h = 1e-6
     for i in range(len(params)):
@@ -55,7 +56,7 @@ def test_standardization_is_differentiated_not_skipped():
     x, y = rng.normal(size=(5, 4)), rng.integers(0, 3, 5)
     ws = Workspace(net, 5)
     forward(net, layer_views(net, params), x, ws)
-    backward(net, layer_views(net, params), layer_views(net, g_with), x, y, ws, 1.0)
+    backward(Views(net, layer_views(net, params), layer_views(net, g_with), ws), x, y, 1.0)
     # hidden pre-activations are standardized per sample: mean 0, variance ~1
     h = ws.h[0][:5]
     assert np.allclose(h.mean(axis=1), 0, atol=1e-12)
@@ -73,7 +74,7 @@ def test_float32_training_step_stays_float32():
     y = np.array([0, 1, 2, 3])
     ws = Workspace(net, 4)
     out = forward(net, layer_views(net, params), x, ws)
-    backward(net, layer_views(net, params), layer_views(net, grads), x, y, ws, scale=0.1 / 4)
+    backward(Views(net, layer_views(net, params), layer_views(net, grads), ws), x, y, scale=0.1 / 4)
     params -= grads
     arrays = [params, grads, out, *ws.a, *ws.h, *ws.delta, *ws.inv_std]
     arrays += [a for pair in layer_views(net, params) for a in pair]
@@ -139,7 +140,7 @@ def test_faithful_mode_reproduces_the_original_update():
     grads = np.zeros_like(params)
     ws = Workspace(net, 4)
     forward(net, layers, x, ws)
-    backward(net, layers, layer_views(net, grads), x, y, ws, scale=0.01)  # summed, not averaged
+    backward(Views(net, layers, layer_views(net, grads), ws), x, y, scale=0.01)  # summed, not averaged
     params -= grads
     for (w, v), w_ref, b_ref in zip(layer_views(net, params), W_new, b_new):
         assert np.allclose(w.T, w_ref, rtol=0, atol=1e-12) and np.allclose(v, b_ref, rtol=0, atol=1e-12)
@@ -147,7 +148,7 @@ def test_faithful_mode_reproduces_the_original_update():
     correct = Net((4, 6, 5, 3), "l2", True, np.dtype(np.float64))
     g2 = np.zeros_like(params)
     forward(correct, layers, x, ws)
-    backward(correct, layers, layer_views(correct, g2), x, y, ws, scale=0.01)
+    backward(Views(correct, layers, layer_views(correct, g2), ws), x, y, scale=0.01)
     assert not np.allclose(g2, grads)
 
 
@@ -158,10 +159,10 @@ def _step_both_ways(net, x, y, scale=0.05):
     grads = np.zeros_like(params)
     ws = Workspace(net, len(x))
     forward(net, layer_views(net, params), x, ws)
-    backward(net, layer_views(net, params), layer_views(net, grads), x, y, ws, scale)
+    backward(Views(net, layer_views(net, params), layer_views(net, grads), ws), x, y, scale)
     params -= grads
     forward(net, layer_views(net, fused), x, ws)
-    backward(net, layer_views(net, fused), layer_views(net, np.zeros_like(fused)), x, y, ws, scale, update=True)
+    backward(Views(net, layer_views(net, fused), layer_views(net, np.zeros_like(fused)), ws), x, y, scale, update=True)
     return params, fused
 
 
@@ -276,7 +277,7 @@ def test_machines_with_other_caches_or_blas_train_to_the_same_weights_within_rou
         layers, ws = layer_views(net, params), Workspace(net, 4, machine)
         for _ in range(5):
             forward(net, layers, x, ws)
-            backward(net, layers, layer_views(net, np.zeros_like(params)), x, y, ws, 0.1, update=True)
+            backward(Views(net, layers, layer_views(net, np.zeros_like(params)), ws), x, y, 0.1, update=True)
         trained.append(params)
     assert len({Workspace(net, 4, m).plan for m in (MIB_L2, _machine(256 << 10), _machine(1 << 20, "blis"))}) == 3
     for other in trained[1:]:

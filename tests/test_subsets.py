@@ -204,7 +204,7 @@ def _epochs(run: dict, n: int, t: float, d) -> list[dict]:
 
 
 def test_the_model_predicts_weak_scaling_from_the_compute_per_sample():
-    from mpinet.analysis.costmodel import Link, epoch_seconds, layer_sizes, predict
+    from mpinet.analysis.costmodel import Link, Work, epoch_seconds, layer_sizes, predict
 
     base = dict(DEFAULTS, dataset="d", hidden="30-20", features=100, classes=3, median_compute_s=0.2)
     runs = pd.DataFrame(
@@ -216,7 +216,7 @@ def test_the_model_predicts_weak_scaling_from_the_compute_per_sample():
     link = Link(1e-5, 1e-9)
     table = predict(runs, {"here": link}, [1, 2, 4])
     weak = table[(table["scaling"] == "weak") & (table["algorithm"] == "allreduce")].set_index("ranks")
-    expected = epoch_seconds("allreduce", 4, 400, 4, 0.002, layer_sizes(100, "30-20", 3), 4, link) / (0.002 * 100)
+    expected = epoch_seconds("allreduce", 4, Work(400, 4, 0.002, layer_sizes(100, "30-20", 3), 4), link) / (0.002 * 100)
     assert weak.loc[4, "weak_efficiency"] == pytest.approx(1 / expected)
     assert weak.loc[4, "trained_samples"] == 400 and weak["speedup"].isna().all()
     assert weak.loc[1, "weak_efficiency"] == pytest.approx(1.0)

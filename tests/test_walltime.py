@@ -44,7 +44,9 @@ def test_the_calibrated_model_prices_compute_from_1_rank_runs_and_the_exchange_f
     e = walltime.from_model(ROW, SHAPE, runs, link)
     per_sample = 14.0 / SHAPE["train_samples"]
     sizes = costmodel.layer_sizes(SHAPE["features"], "40-10", SHAPE["classes"])
-    train = costmodel.epoch_seconds("allreduce", 2, SHAPE["train_samples"], 4, per_sample, sizes, 4, link)
+    train = costmodel.epoch_seconds(
+        "allreduce", 2, costmodel.Work(SHAPE["train_samples"], 4, per_sample, sizes, 4), link
+    )
     assert e.source == "cost model" and e.epochs == 10
     assert e.epoch_s == pytest.approx(train + per_sample / 3 * SHAPE["test_samples"] / 2)
     assert walltime.from_model({**ROW, "batch_size": 32}, SHAPE, runs, link) is None  # no such 1-rank run

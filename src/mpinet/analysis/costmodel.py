@@ -29,7 +29,7 @@ Beyond one node, `INTERCONNECTS` holds α and β of common networks (typical val
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -158,22 +158,29 @@ def paramserver_step_seconds(ranks: int, nbytes: float, link: Link) -> float:
     return 2 * (ranks - 1) * link.message(nbytes)
 
 
-def epoch_seconds(
-    algorithm: str,
-    ranks: int,
-    samples: int,
-    batch_size: int,
-    per_sample_s: float,
-    sizes: tuple[int, ...],
-    itemsize: int,
-    link: Link,
-    sync_every: int = 1,
-) -> float:
-    """Predicted seconds of one epoch (compute + communication) of one design; sizes: the net's
-    layer sizes."""
+@dataclass(frozen=True)
+class Work:
+    """What an epoch computes: samples trained on, per-rank batch, measured seconds per sample, the
+    net's layer sizes and bytes per value."""
+
+    samples: int
+    batch_size: int
+    per_sample_s: float
+    sizes: tuple[int, ...]
+    itemsize: int
+
+
+def epoch_seconds(algorithm: str, ranks: int, work: Work, link: Link, sync_every: int = 1) -> float:
+    """Predicted seconds of one epoch (compute + communication) of one design on `ranks` ranks."""
     if algorithm == AUTO:  # the engine times its candidates and trains with the fastest
-        designs = possible(AUTO, ranks)
-        return min(epoch_seconds(d, ranks, samples, batch_size, per_sample_s, sizes, itemsize, link) for d in designs)
+        return min(epoch_seconds(d, ranks, work, link) for d in possible(AUTO, ranks))
+    samples, batch_size, per_sample_s, sizes, itemsize = (
+        work.samples,
+        work.batch_size,
+        work.per_sample_s,
+        work.sizes,
+        work.itemsize,
+    )
     nbytes = Net(sizes).n_params * itemsize
     if ranks == 1:  # serial, or a design on one rank: nothing to exchange
         return per_sample_s * samples
@@ -218,14 +225,13 @@ def layer_sizes(features: int, hidden: str, classes: int) -> tuple[int, ...]:
     return (int(features), *hidden_sizes(hidden), int(classes))
 
 
-def _work(run, compute: dict) -> tuple | None:
-    """A run's (samples, batch size, seconds per sample, layer sizes, bytes per value) as
-    epoch_seconds takes them, or None when no 1-rank run measured its compute."""
+def _work(run, compute: dict) -> Work | None:
+    """A run's Work, or None when no 1-rank run measured its compute."""
     per_sample = compute.get(tuple(run.get(k, "unknown") for k in FIT_KEYS))
     if per_sample is None:
         return None
     sizes = layer_sizes(run["features"], run["hidden"], run["classes"])
-    return run["trained_samples"], run["batch_size"], per_sample, sizes, np.dtype(run["dtype"]).itemsize
+    return Work(run["trained_samples"], run["batch_size"], per_sample, sizes, np.dtype(run["dtype"]).itemsize)
 
 
 def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
@@ -248,14 +254,14 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
             continue
         per_rank = int(c.get("samples_per_rank", 0) or 0)
         designs = _designs(runs[runs["dataset"] == c["dataset"]])
-        serial = epoch_seconds("serial", 1, *_sized(work, per_rank or work[0]), Link(0, 0))
+        serial = epoch_seconds("serial", 1, replace(work, samples=per_rank or work.samples), Link(0, 0))
         for name, link in links.items():
             for algorithm in designs:
                 for p in rank_counts:
                     if algorithm == "paramserver" and p < 2:
                         continue
-                    samples = per_rank * data_ranks(algorithm, p) if per_rank else work[0]
-                    t = epoch_seconds(algorithm, p, *_sized(work, samples), link, c["sync_every"])
+                    samples = per_rank * data_ranks(algorithm, p) if per_rank else work.samples
+                    t = epoch_seconds(algorithm, p, replace(work, samples=samples), link, c["sync_every"])
                     rows.append(
                         {
                             **{k: c[k] for k in FIT_KEYS},
@@ -299,11 +305,6 @@ MODEL_COLUMNS = [
 ]
 
 
-def _sized(work: tuple, samples: int) -> tuple:
-    """A run's work (as _work gives it) with another training-set size."""
-    return (samples, *work[1:])
-
-
 def predicted_epochs(runs: pd.DataFrame, link: Link) -> pd.Series:
     """The model's epoch time of every measured run (NaN where no 1-rank run measured its compute)."""
     runs = _engines(runs)
@@ -311,7 +312,7 @@ def predicted_epochs(runs: pd.DataFrame, link: Link) -> pd.Series:
     out = []
     for _, r in runs.iterrows():
         work = _work(r, compute)
-        out.append(np.nan if work is None else epoch_seconds(r["algorithm"], r["ranks"], *work, link, r["sync_every"]))
+        out.append(np.nan if work is None else epoch_seconds(r["algorithm"], r["ranks"], work, link, r["sync_every"]))
     return pd.Series(out, index=runs.index, dtype=float)
 
 

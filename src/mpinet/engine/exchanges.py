@@ -92,9 +92,7 @@ class Exchange:
             return 0.0, 0, 0
         out = forward(run.net, run.layers, x, run.ws)
         loss, correct = loss_and_correct(run.net, out, y)
-        backward(
-            run.net, run.layers, run.grad_layers, x, y, run.ws, scale, update=self.updates_in_backward, first=first
-        )
+        backward(run, x, y, scale, update=self.updates_in_backward, first=first)
         return loss, correct, len(y)
 
     def step(self, params: np.ndarray, grads: np.ndarray, step: Step, serve=None) -> None:
@@ -279,7 +277,7 @@ class ShardedFirstLayer(Exchange):
         mine = slice(ends[run.my_slot] - ends[first], ends[run.my_slot + 1] - ends[first])
         loss, correct = loss_and_correct(run.net, out[mine], y[mine])
         update = self.updates_in_backward
-        backward(run.net, run.layers, run.grad_layers, x, y, run.ws, step.scale, update=update, first=self.mine)
+        backward(run, x, y, step.scale, update=update, first=self.mine)
         return loss, correct, mine.stop - mine.start
 
     def gather_first(self, mine_t: np.ndarray) -> np.ndarray:

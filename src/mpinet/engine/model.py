@@ -197,11 +197,20 @@ def loss_and_correct(net: Net, out: np.ndarray, y: np.ndarray) -> tuple[float, i
     return loss, int(np.count_nonzero(np.argmax(out, axis=1) == y))
 
 
-def backward(
-    net: Net, layers, grads, x: np.ndarray, y: np.ndarray, ws: Workspace, scale: float, update=False, first=True
-) -> None:
-    """Write scale * d(summed loss)/d(params) into the gradient views `grads`, after forward(x);
-    with update=True subtract it from the weights `layers` instead (the serial SGD step). With
+@dataclass
+class Views:
+    """A net with the per-layer views of its weights and gradient and its workspace: what backward
+    reads and writes (mpinet.engine.loop's run of a rank has the same four names)."""
+
+    net: Net
+    layers: list
+    grad_layers: list
+    ws: Workspace
+
+
+def backward(m: Views, x: np.ndarray, y: np.ndarray, scale: float, update=False, first=True) -> None:
+    """Write scale * d(summed loss)/d(params) into the gradient views m.grad_layers, after forward(x);
+    with update=True subtract it from the weights m.layers instead (the serial SGD step). With
     first=False the first layer's weight gradient is left out (its factors stay in ws.delta[0] and x:
     mpinet.engine.exchanges.FactorAllgather); with first=slice(...) (and update) only those rows of the
     first layer's weights are stepped, its whole bias still (ShardedFirstLayer).
@@ -211,6 +220,7 @@ def backward(
     the weight-gradient GEMM (mpinet.engine.blas): the gradient is never written, two passes over the
     weights fewer. Each layer's error is propagated through its weights before they change.
     """
+    net, layers, grads, ws = m.net, m.layers, m.grad_layers, m.ws
     n = len(x)
     last = len(layers) - 1
     out = ws.a[last][:n]

@@ -75,8 +75,8 @@ def from_model(row: dict, shape: dict, runs: pd.DataFrame, link: costmodel.Link 
         return None
     sizes = costmodel.layer_sizes(shape["features"], run["hidden"], shape["classes"])
     itemsize = np.dtype(row["dtype"]).itemsize
-    work = (shape["train_samples"], int(row["batch_size"]), per_sample, sizes, itemsize)
-    train = costmodel.epoch_seconds(row["algorithm"], int(row["ranks"]), *work, link, int(row["sync_every"]))
+    work = costmodel.Work(shape["train_samples"], int(row["batch_size"]), per_sample, sizes, itemsize)
+    train = costmodel.epoch_seconds(row["algorithm"], int(row["ranks"]), work, link, int(row["sync_every"]))
     # evaluation: a forward pass (a third of a training step's work) over the test set, split over the ranks
     evaluate = per_sample / 3 * shape["test_samples"] / int(row["ranks"])
     return Estimate(train + evaluate, int(row["epochs"]), "cost model")
