@@ -206,7 +206,7 @@ def test_a_pilot_refuses_a_study_spread_over_nodes_before_asking_slurm(tmp_path,
 
 
 def test_the_snakemake_internal_the_pools_write_still_exists_in_the_pinned_version():
-    """common.smk's pool_name writes workflow.parent_groupids (no public way to map a pool's name to
+    """pools.smk's pool_name writes workflow.parent_groupids (no public way to map a pool's name to
     the profile's `train` group-components entry); the DAG must still read it when it sizes groups."""
     import importlib.util
     from pathlib import Path
