@@ -31,7 +31,7 @@ from numpy.lib.format import open_memmap
 
 from mpinet.datasets import dataset, pixels
 from mpinet.datasets.fetch import fetch
-from mpinet.datasets.images import CHUNK, load_image, prepare_images
+from mpinet.datasets.images import CHUNK, ImageOptions, load_image, prepare_images
 from mpinet.datasets.synthetic import make_archive
 from mpinet.engine.loop import _gather
 
@@ -51,8 +51,10 @@ def main(argv=None) -> int:
         variants = {
             "bare": lambda r: [load_image(f, a.size) for f in files],
             "pool": lambda r: _pool_decode(files, a.size, a.workers),
-            "ours": lambda r: prepare_images(raw, tmp / f"ds{r}", a.size, workers=a.workers),
-            "standardized": lambda r: prepare_images(raw, tmp / f"std{r}", a.size, True, workers=a.workers),
+            "ours": lambda r: prepare_images(raw, tmp / f"ds{r}", ImageOptions(image_size=a.size), workers=a.workers),
+            "standardized": lambda r: prepare_images(
+                raw, tmp / f"std{r}", ImageOptions(image_size=a.size, standardize=True), workers=a.workers
+            ),
             "uint8 stage": lambda r: _pool_write(files, a.size, a.workers, tmp, "uint8"),
             "float32 stage": lambda r: _pool_write(files, a.size, a.workers, tmp, "float32"),
         }

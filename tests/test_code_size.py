@@ -30,3 +30,18 @@ def test_no_function_is_longer_than_sixty_lines():
     for path in sorted((REPO / "workflow").rglob("*.smk")):
         found += _long_functions(_smk_functions(path.read_text()), str(path.relative_to(REPO)))
     assert not found, "split these functions (at most 60 lines each): " + "; ".join(found)
+
+
+def test_no_public_package_function_takes_more_than_six_parameters():
+    """What a caller passes stays readable: more than six values travel as a named record (Tables,
+    FigureInputs, Work, Views, ImageOptions)."""
+    found = []
+    for path in sorted((REPO / "src").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                continue
+            a = node.args
+            names = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if p.arg not in ("self", "cls")]
+            if len(names) > 6:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({len(names)})")
+    assert not found, "pass a named record instead: " + "; ".join(found)

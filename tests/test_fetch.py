@@ -11,7 +11,7 @@ from PIL import Image
 from mpinet import MpinetError
 from mpinet.datasets import dataset
 from mpinet.datasets.fetch import fetch, unpack
-from mpinet.datasets.images import prepare_images
+from mpinet.datasets.images import ImageOptions, prepare_images
 
 
 def _sha(path):
@@ -29,7 +29,7 @@ def test_download_checksum_unpack_and_preprocess_match_pillow(http_server, synth
     raw = fetch(f"{url}/intel.zip", tmp_path / "raw", sha256=_sha(synthetic_zip))
     assert (raw / "seg_train" / "seg_train" / "forest").is_dir()
     assert not list(tmp_path.glob(".raw.partial*"))
-    summary = prepare_images(raw, tmp_path / "ds", image_size=24)
+    summary = prepare_images(raw, tmp_path / "ds", ImageOptions(image_size=24))
     a = dataset.load(tmp_path / "ds")
     assert summary["synthetic"] is True
     assert a.classes == ["buildings", "forest", "glacier", "mountain", "sea", "street"]
@@ -149,7 +149,7 @@ def test_macos_metadata_in_a_zip_is_never_data(synthetic_zip, tmp_path):
         dst.writestr("Intel/.DS_Store", b"\x00")
     raw = fetch(str(made), tmp_path / "raw")
     assert not [p for p in raw.rglob("*") if p.name.startswith(".") or p.name == "__MACOSX"]
-    prepare_images(raw, tmp_path / "ds", image_size=24)  # skip_bad_images is off: every file decodes
+    prepare_images(raw, tmp_path / "ds", ImageOptions(image_size=24))  # skip_bad_images is off: every file decodes
     assert dataset.load(tmp_path / "ds").classes == ["buildings", "forest", "glacier", "mountain", "sea", "street"]
 
 
@@ -160,7 +160,7 @@ def test_hidden_folders_in_a_folder_source_are_not_classes(synthetic_zip, tmp_pa
     (raw / "seg_train" / "seg_train" / "forest" / "._0.jpg").write_bytes(b"junk")
     copied = fetch(str(raw), tmp_path / "raw")
     assert not (copied / "seg_train" / "seg_train" / ".ipynb_checkpoints").exists()
-    prepare_images(raw, tmp_path / "ds", image_size=24)  # straight from the folder too
+    prepare_images(raw, tmp_path / "ds", ImageOptions(image_size=24))  # straight from the folder too
     assert len(dataset.load(tmp_path / "ds").classes) == 6
 
 

@@ -8,7 +8,7 @@ from PIL import Image
 from mpinet import MpinetError
 from mpinet.datasets import dataset
 from mpinet.datasets.fetch import fetch
-from mpinet.datasets.images import find_splits, prepare_images
+from mpinet.datasets.images import ImageOptions, find_splits, prepare_images
 
 
 def _folder(root, split, classes, n=3, size=20, seed=0):
@@ -37,7 +37,7 @@ def test_kaggle_nesting_and_plain_layout_are_found(raw, tmp_path):
 def test_resize_matches_pillow_bilinear(tmp_path):
     root = _folder(tmp_path / "r", "train", ["a", "b"], n=2, size=20)
     _folder(root, "test", ["a", "b"], n=1, size=20, seed=1)
-    prepare_images(root, tmp_path / "ds", image_size=8)
+    prepare_images(root, tmp_path / "ds", ImageOptions(image_size=8))
     a = dataset.load(tmp_path / "ds")
     files = (tmp_path / "ds" / "train_files.txt").read_text().splitlines()
     assert a.train_x.shape == (4, 8 * 8 * 3) and sorted(a.train_y.tolist()) == [0, 0, 1, 1]
@@ -49,22 +49,22 @@ def test_resize_matches_pillow_bilinear(tmp_path):
 
 def test_missing_test_split_is_made_stratified_and_seeded(tmp_path):
     root = _folder(tmp_path / "r", "train", ["a", "b", "c"], n=10)
-    s1 = prepare_images(root, tmp_path / "d1", image_size=8, test_fraction=0.3, seed=4)
-    prepare_images(root, tmp_path / "d2", image_size=8, test_fraction=0.3, seed=4)
+    s1 = prepare_images(root, tmp_path / "d1", ImageOptions(image_size=8, test_fraction=0.3, seed=4))
+    prepare_images(root, tmp_path / "d2", ImageOptions(image_size=8, test_fraction=0.3, seed=4))
     assert s1["counts"]["test"] == {"a": 3, "b": 3, "c": 3}
     assert s1["test_split"] == "made from the training folder"
     assert np.array_equal(dataset.load(tmp_path / "d1").test_x, dataset.load(tmp_path / "d2").test_x)
 
 
 def test_per_channel_standardization_uses_training_statistics(raw, tmp_path):
-    s = prepare_images(raw, tmp_path / "ds", image_size=24, standardize=True)
+    s = prepare_images(raw, tmp_path / "ds", ImageOptions(image_size=24, standardize=True))
     a = dataset.load(tmp_path / "ds")
     assert a.train_x.dtype == np.float32  # standardized values are stored: reads stay copies
     values = np.asarray(a.train_x).reshape(-1, 3)
     assert np.allclose(values.mean(axis=0), 0, atol=1e-4) and np.allclose(values.std(axis=0), 1, atol=1e-3)
     assert len(s["standardization"]["mean"]) == 3
     # the operations mpinet 0.6 applied: scaled in float32, then standardized per channel in float32
-    prepare_images(raw, tmp_path / "plain", image_size=24)
+    prepare_images(raw, tmp_path / "plain", ImageOptions(image_size=24))
     plain = dataset.load(tmp_path / "plain")
     old = np.multiply(plain.test_x, np.float32(1 / 255)).reshape(-1, 3)
     old -= np.float32(s["standardization"]["mean"])
@@ -80,7 +80,7 @@ def test_per_channel_standardization_uses_training_statistics(raw, tmp_path):
 
 
 def test_pred_images_are_optional_extra_output(raw, tmp_path):
-    prepare_images(raw, tmp_path / "ds", image_size=24, include_pred=True)
+    prepare_images(raw, tmp_path / "ds", ImageOptions(image_size=24, include_pred=True))
     assert np.load(tmp_path / "ds" / "pred_x.npy").shape == (4, 24 * 24 * 3)
     assert len((tmp_path / "ds" / "pred_files.txt").read_text().splitlines()) == 4
 
@@ -89,14 +89,14 @@ def test_corrupt_jpeg_stops_with_its_name_and_leaves_no_output(raw, tmp_path):
     bad = raw / "seg_train" / "seg_train" / "sea" / "00002.jpg"
     bad.write_bytes(bad.read_bytes()[:200])
     with pytest.raises(MpinetError, match=r"sea/00002.jpg: cannot decode image .*skip_bad_images"):
-        prepare_images(raw, tmp_path / "ds", image_size=24)
+        prepare_images(raw, tmp_path / "ds", ImageOptions(image_size=24))
     assert not (tmp_path / "ds").exists() and not (tmp_path / ".ds.partial").exists()
 
 
 def test_skip_bad_images_lists_every_skipped_file(raw, tmp_path):
     bad = raw / "seg_train" / "seg_train" / "sea" / "00002.jpg"
     bad.write_bytes(b"not a jpeg")
-    s = prepare_images(raw, tmp_path / "ds", image_size=24, skip_bad_images=True)
+    s = prepare_images(raw, tmp_path / "ds", ImageOptions(image_size=24, skip_bad_images=True))
     assert [x["file"] for x in s["skipped_files"]] == [str(bad)]
     assert s["counts"]["train"]["sea"] == 5 and s["shapes"]["train"] == [35, 24 * 24 * 3]
     a = dataset.load(tmp_path / "ds")
@@ -108,20 +108,20 @@ def test_empty_class_folder_is_an_error(tmp_path):
     root = _folder(tmp_path / "r", "train", ["a", "b"])
     (root / "train" / "empty").mkdir()
     with pytest.raises(MpinetError, match=r"train/empty: class folder holds no images"):
-        prepare_images(root, tmp_path / "ds", image_size=8)
+        prepare_images(root, tmp_path / "ds", ImageOptions(image_size=8))
 
 
 def test_single_class_dataset_is_an_error(tmp_path):
     root = _folder(tmp_path / "r", "train", ["only"])
     with pytest.raises(MpinetError, match=r"only one class folder \(only\); need at least 2"):
-        prepare_images(root, tmp_path / "ds", image_size=8)
+        prepare_images(root, tmp_path / "ds", ImageOptions(image_size=8))
 
 
 def test_train_and_test_class_sets_must_match(tmp_path):
     root = _folder(tmp_path / "r", "train", ["a", "b"])
     _folder(root, "test", ["a", "c"])
     with pytest.raises(MpinetError, match=r"test classes differ .*only in train: \['b'\]; only in test: \['c'\]"):
-        prepare_images(root, tmp_path / "ds", image_size=8)
+        prepare_images(root, tmp_path / "ds", ImageOptions(image_size=8))
     assert not (tmp_path / "ds").exists()
 
 
@@ -215,7 +215,7 @@ def test_training_on_uint8_pixels_gives_the_weights_of_their_float32_values_bit_
 
 
 def test_the_summary_s_fingerprint_and_values_summed_while_decoding_are_those_of_the_finished_files(raw, tmp_path):
-    prepare_images(raw, tmp_path / "ds", image_size=24, workers=2)
+    prepare_images(raw, tmp_path / "ds", ImageOptions(image_size=24), workers=2)
     summary = json.loads((tmp_path / "ds" / "summary.json").read_text())
     a = dataset.load(tmp_path / "ds")
     assert summary["fingerprint"] == dataset.fingerprint(tmp_path / "ds")  # hashed as the rows were written

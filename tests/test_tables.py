@@ -157,7 +157,10 @@ def test_the_prepare_command_runs_as_its_help_says_with_the_schema_s_defaults(tm
 
     schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
     keys = schema["properties"]["datasets"]["additionalProperties"]["properties"]
-    assert DEFAULTS == {k: keys[k]["default"] for k in DEFAULTS}
+    from mpinet.datasets import images
+
+    for defaults in (DEFAULTS, images.DEFAULTS):  # each format's defaults are the schema's
+        assert defaults == {k: keys[k]["default"] for k in defaults}
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "t.data").write_text("".join(f"{a},{b},{d},{e},{c}\n" for _, c, a, b, d, e in _rows()))

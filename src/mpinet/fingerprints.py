@@ -108,6 +108,7 @@ PREPARATION = {
                 "c17beac91f6304aa": "1926d2e1e3661d58",
                 # 0.9.0: mpinet.layout names the study's tables and the timeline
                 "5ba2d3d8c0415989": "1926d2e1e3661d58",
+                "8dbddd0695140cfd": "1926d2e1e3661d58",  # 0.9.0: prepare_images takes an ImageOptions record
             },
         ),
     )

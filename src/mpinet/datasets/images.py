@@ -7,6 +7,7 @@ stored as uint8 pixels that the trainer scales batch by batch, or, standardized,
 
 import os
 import sys
+from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -64,35 +65,58 @@ def list_labelled(split_dir: Path) -> dict[str, list[Path]]:
     return classes
 
 
+@dataclass(frozen=True)
+class ImageOptions:
+    """How an image-folder dataset is prepared (the dataset's config keys, named for the code)."""
+
+    image_size: int = 150  # pictures resized to image_size x image_size RGB
+    standardize: bool = False  # standardize_inputs: per-channel, training-split statistics
+    test_fraction: float = 0.3  # held out when the data has no test folder
+    seed: int = 0  # split_seed
+    skip_bad_images: bool = False
+    include_pred: bool = False
+
+    @classmethod
+    def of(cls, options: dict) -> "ImageOptions":
+        """From a dataset's config keys; the keys not given take the schema's defaults (DEFAULTS)."""
+        o = {**DEFAULTS, **options}
+        return cls(
+            o["image_size"],
+            o["standardize_inputs"],
+            o["test_fraction"],
+            o["split_seed"],
+            o["skip_bad_images"],
+            o["include_pred"],
+        )
+
+
+# the schema's defaults of the keys prepare reads (a test ties them)
+DEFAULTS = {
+    "image_size": 150,
+    "standardize_inputs": False,
+    "test_fraction": 0.3,
+    "split_seed": 0,
+    "skip_bad_images": False,
+    "include_pred": False,
+}
+
+
 def prepare(raw_dir: str | Path, out_dir: str | Path, options: dict, source: str = "", workers=None) -> dict:
     """The dataset directory out_dir from the image folders in raw_dir (mpinet.datasets.prepare's entry)."""
-    return prepare_images(
-        raw_dir,
-        out_dir,
-        image_size=options["image_size"],
-        standardize=options["standardize_inputs"],
-        test_fraction=options["test_fraction"],
-        seed=options["split_seed"],
-        skip_bad_images=options["skip_bad_images"],
-        include_pred=options["include_pred"],
-        workers=workers,
-        source=source,
-    )
+    return prepare_images(raw_dir, out_dir, ImageOptions.of(options), workers=workers, source=source)
 
 
 def prepare_images(
-    root: str | Path,
-    out_dir: str | Path,
-    image_size: int = 150,
-    standardize: bool = False,
-    test_fraction: float = 0.3,
-    seed: int = 0,
-    skip_bad_images: bool = False,
-    include_pred: bool = False,
-    workers: int | None = None,
-    source: str = "",
+    root: str | Path, out_dir: str | Path, options: ImageOptions = ImageOptions(), workers=None, source=""
 ) -> dict:
     """Decode an image-folder dataset into a dataset directory; returns its summary."""
+    image_size, standardize, test_fraction, seed = (
+        options.image_size,
+        options.standardize,
+        options.test_fraction,
+        options.seed,
+    )
+    skip_bad_images, include_pred = options.skip_bad_images, options.include_pred
     if image_size < 1:
         raise MpinetError(f"image_size must be a positive integer, got {image_size}")
     splits = find_splits(root)
