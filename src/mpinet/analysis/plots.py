@@ -3,6 +3,7 @@ by training-set size and against time. One curve per configuration, seeds averag
 
 import json
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,7 +188,8 @@ def class_counts(summary_json, title: str, path) -> dict:
     ax.set_xlabel("class")
     ax.set_ylabel("samples")
     kind = " (SYNTHETIC images)" if s.get("synthetic") else ""
-    read = f"\n{how_read(s['table'])}" if "table" in s else ""  # a wrong guess of `auto` shows here
+    # how a table was read, wrapped to the figure's width: a wrong guess of `auto` shows here
+    read = "\n" + textwrap.fill(how_read(s["table"]), width=int(10 * fig.get_figwidth())) if "table" in s else ""
     return finish(fig, [ax], f"{title}{kind}: samples per class{read}", path)
 
 
