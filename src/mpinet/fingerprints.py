@@ -106,9 +106,8 @@ PREPARATION = {
                 # 0.7.1: decoded CHUNK files a task, counted together, the counts summed by the BLAS:
                 # the same arrays and summaries
                 "c17beac91f6304aa": "1926d2e1e3661d58",
-                # 0.9.0: mpinet.layout names the study's tables and the timeline
-                "5ba2d3d8c0415989": "1926d2e1e3661d58",
-                "8dbddd0695140cfd": "1926d2e1e3661d58",  # 0.9.0: prepare_images takes an ImageOptions record
+                # 0.9.0: prepare_images takes an ImageOptions record; mpinet.layout names more files
+                "989ceb7c7b268b0f": "1926d2e1e3661d58",
             },
         ),
     )
@@ -118,7 +117,7 @@ SYNTHESIS = CodeFingerprint(
     "synthesis",
     1,
     ("mpinet.datasets.synthetic",),
-    {"d93fc2b7957da4dc": "b7fc5e6b0b209c2d"},  # 0.9.0: mpinet.layout names more files; the same archive
+    {"24f3148fb410944b": "b7fc5e6b0b209c2d"},  # 0.9.0: mpinet.layout names more files; the same archive
 )
 
 

@@ -5,7 +5,9 @@ finished run holds, and one run's paths from its name."""
 from dataclasses import dataclass
 from pathlib import Path
 
+RAW_ROOT = "resources/raw"  # one fetched (downloaded, unpacked) dataset per folder
 DATA_ROOT = "resources/data"  # one prepared dataset per folder
+SYNTHETIC_ARCHIVE = "resources/synthetic/intel-synthetic.zip"  # the generated stand-in for the Intel archive
 RUNS_ROOT = "results/runs"
 TRAIN_LOGS = "logs/train"
 CHECKPOINTS = "results/checkpoints"

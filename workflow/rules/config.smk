@@ -37,6 +37,7 @@ from mpinet.analysis.figures import FIGURES
 from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION, SYNTHESIS, job_code, script_code
 from mpinet.layout import (
     DATA_ROOT,
+    RAW_ROOT,
     RECORD_FILE,
     RUN_FILES,
     RUNS_ROOT,
@@ -45,6 +46,7 @@ from mpinet.layout import (
     RunPaths,
     output_key,
     RESULTS_ROOT,
+    SYNTHETIC_ARCHIVE,
     runs_table,
     study_dir,
 )

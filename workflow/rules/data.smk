@@ -27,7 +27,7 @@ rule fetch:
         # a local source's files: changing, adding or removing one reruns everything downstream
         lambda w: local_inputs(get_source(w)),
     output:
-        directory("resources/raw/{dataset}"),
+        directory(f"{RAW_ROOT}/{{dataset}}"),
     log:
         "logs/data/fetch_{dataset}.log",
     localrule: True
@@ -49,7 +49,7 @@ rule fetch:
 
 rule prepare:
     input:
-        raw="resources/raw/{dataset}",
+        raw=f"{RAW_ROOT}/{{dataset}}",
     output:
         multiext(f"{DATA_ROOT}/{{dataset}}/", *DATASET_FILES),
     log:

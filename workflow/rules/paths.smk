@@ -19,7 +19,6 @@ PLOT_OUTPUT = {
     for f in FIGURES
 }
 DATASETS = sorted(EXPERIMENTS["dataset"].unique())
-SYNTHETIC_ARCHIVE = "resources/synthetic/intel-synthetic.zip"
 REPORT_DESCRIPTION = workflow.source_path("../report/workflow.rst")
 
 
