@@ -92,7 +92,7 @@ PREPARATION = {
                 "5ab5adaacbb3fd46": "d17364a9ba7f0492",
                 "e6de3eec38bee983": "d17364a9ba7f0492",  # 0.7.1: pixels' channel counts (not a table's)
                 # 0.9.0: tables read as published (mpinet.datasets.tables): the same arrays and counts
-                "d0fbf4a02e80d80e": "d17364a9ba7f0492",
+                "f7ba33cdaf03d72b": "d17364a9ba7f0492",
             },
         ),
         # 0.7.0: images that are not standardized are stored as uint8 pixels (new arrays, the same

@@ -148,7 +148,7 @@ def _train_and_record(args: argparse.Namespace, opts: Options, comm: Comm, log) 
     timeline = run_timeline(result, opts, meta)
     if ck is not None and result.resumed_from_epoch == opts.epochs and (kept := run_record(ck)):
         # a finished run's outputs rebuilt from its final checkpoint: its own record and timeline
-        meta, timeline = dict(kept, restored_from_checkpoint=_now()), kept_timeline(ck)
+        meta, timeline = dict(kept, restored_from_checkpoint=_now()), kept_timeline(ck) or timeline
         log("restored the finished run from its final checkpoint; nothing was trained")
     keep = args.keep_final_checkpoint == "yes" or (
         args.keep_final_checkpoint == "auto" and "SLURM_JOB_ID" in os.environ

@@ -92,7 +92,7 @@ def fit_link(nbytes, seconds, source: str = "") -> Link:
 def fit_compute(runs: pd.DataFrame) -> dict:
     """Seconds of compute per training sample, by COMPUTE_KEYS (the dataset and every option that
     decides compute time), from the 1-rank runs (serial or allreduce on 1 rank): median over them."""
-    one = _engines(runs[runs["ranks"] == 1])
+    one = _with_table_columns(runs[runs["ranks"] == 1])
     per_sample = one["median_compute_s"] / one["trained_samples"]
     return per_sample.groupby([one[k] for k in FIT_KEYS]).median().to_dict()
 
@@ -102,9 +102,9 @@ COMPUTE_KEYS = ["dataset", *COMPUTE_OPTIONS]
 FIT_KEYS = [*COMPUTE_KEYS, "timed_by"]
 
 
-def _engines(runs: pd.DataFrame) -> pd.DataFrame:
-    """runs with their timed_by (one unnamed engine for tables that do not say) and trained_samples
-    (runs.csv before 0.9.0 held the samples trained on under train_samples)."""
+def _with_table_columns(runs: pd.DataFrame) -> pd.DataFrame:
+    """runs with the columns the model reads that older tables lack: timed_by (one unnamed engine)
+    and trained_samples (runs.csv before 0.9.0 held the samples trained on under train_samples)."""
     if "timed_by" not in runs:
         runs = runs.assign(timed_by="unknown")
     return runs if "trained_samples" in runs else runs.assign(trained_samples=runs["train_samples"])
@@ -242,7 +242,7 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
     K per training rank)."""
     compute = fit_compute(runs)
     rows = []
-    runs = _engines(runs)
+    runs = _with_table_columns(runs)
     keys = [*FIT_KEYS, "sync_every", "features", "classes", "trained_samples", "samples_per_rank"]
     weak_runs = runs["samples_per_rank"] > 0 if "samples_per_rank" in runs else pd.Series(False, index=runs.index)
     # one strong configuration per training set; one weak one per samples_per_rank
@@ -307,7 +307,7 @@ MODEL_COLUMNS = [
 
 def predicted_epochs(runs: pd.DataFrame, link: Link) -> pd.Series:
     """The model's epoch time of every measured run (NaN where no 1-rank run measured its compute)."""
-    runs = _engines(runs)
+    runs = _with_table_columns(runs)
     compute = fit_compute(runs)
     out = []
     for _, r in runs.iterrows():

@@ -36,8 +36,8 @@ def read_labelled(path: Path, reading: dict) -> tuple[np.ndarray, list[str], lis
     (mpinet.datasets.tables reads its cells). `reading` holds the dataset's keys: label_column (a
     name or a 0-based index; default the last column), id_column (excluded; so are columns a header
     names like an id and, in a headerless table, a first column of distinct integers or one counting
-    0, 1, 2...), missing
-    (refuse or drop_rows rows with a `?`, `NA` or empty cell), separator and header."""
+    0, 1, 2...), missing (refuse or drop_rows rows with a `?`, `NA` or empty cell), separator and
+    header."""
     table = read_cells(path, reading)
     names, rows, decimal = table.names, table.rows, table.decided["decimal"]
     width = len(names)

@@ -15,7 +15,6 @@ beside it. What the rows mean (label, id, features, missing values) is mpinet.da
 import codecs
 import csv
 import io
-import json
 import math
 import re
 from collections import Counter
@@ -224,8 +223,3 @@ def _split(text: str, sep: str | None) -> list[list[str]]:
     if sep is None:
         return [line.split() for line in text.splitlines()]
     return list(csv.reader(io.StringIO(text, newline=""), delimiter=sep))
-
-
-def describe(decided: dict) -> str:
-    """The decisions in one line, for a log."""
-    return json.dumps(decided, sort_keys=True)

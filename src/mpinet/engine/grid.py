@@ -17,7 +17,6 @@ import numpy as np
 
 from mpinet.engine.comm import Comm
 from mpinet.engine.exchanges import ShardedFirstLayer, Step
-from mpinet.engine.model import Net
 
 # A byte reduced across ranks costs about this many bytes streamed from memory: on the 16-core node of
 # docs/performance.md one rank streams 6.8 GB/s while all 16 stream, and a ring Allreduce of the
@@ -65,14 +64,13 @@ class ProcessGrid(ShardedFirstLayer):
         self.across = comm.split(comm.rank % shards)  # the ranks holding the same units, one per group
         # one group: sharded's step, the update folded into the GEMM; else a gradient to sum across
         self.updates_in_backward = self.fused_update = groups == 1
-        self.first = sizes[0] * sizes[1]
         self.rows = slice(self.mine.start * self.n_in, self.mine.stop * self.n_in)  # mine of the flat buffer
-        self.n_params = Net(sizes).n_params
+        self.rest = slice(sizes[0] * sizes[1], None)  # the first layer's bias and the small layers
 
     def step(self, params: np.ndarray, grads: np.ndarray, step: Step, serve=None) -> None:
         if self.updates_in_backward:
             return
-        for part in (self.rows, slice(self.first, self.n_params)):
+        for part in (self.rows, self.rest):
             self.across.sum_inplace(grads[part])
             params[part] -= grads[part]
 

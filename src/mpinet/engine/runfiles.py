@@ -45,14 +45,11 @@ SLURM_VARIABLES = (
 )
 
 
-def write_outputs(
-    out: Path, result: Result, opts: Options, arrays: dataset.Arrays, meta: dict, timeline: dict | None = None
-) -> None:
+def write_outputs(out: Path, result: Result, opts: Options, arrays: dataset.Arrays, meta: dict, timeline: dict) -> None:
     """metrics.csv, confusion.csv, weights.npz, timeline.json (run_timeline) and run.json (last), each
     written atomically."""
     out.mkdir(parents=True, exist_ok=True)
-    # a declared file of every run: without a trace (restored from a checkpoint that kept none), one that says so
-    write_json(out / TIMELINE_FILE, timeline or unrecorded("restored from a checkpoint that kept no timeline", {}))
+    write_json(out / TIMELINE_FILE, timeline)  # a declared file of every run (run_timeline: one without events)
     with atomic_path(out / METRICS_FILE) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS, extrasaction="ignore")  # a resumed row's engine
         w.writeheader()
@@ -124,8 +121,12 @@ def run_metadata(
         from mpinet.engine.mpilib import family_of
 
         version = mpi_library_version()
-        meta["mpi"] = {"library": version, "family": family_of(version), "mpi4py": mpi4py.__version__}
-        meta["mpi"]["launcher"] = launcher
+        meta["mpi"] = {
+            "library": version,
+            "family": family_of(version),
+            "mpi4py": mpi4py.__version__,
+            "launcher": launcher,
+        }
     return meta
 
 
