@@ -1,4 +1,5 @@
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -6,7 +7,7 @@ import pytest
 from PIL import Image
 
 from mpinet import MpinetError
-from mpinet.datasets import dataset
+from mpinet.datasets import dataset, images
 from mpinet.datasets.fetch import fetch
 from mpinet.datasets.images import ImageOptions, find_splits, prepare_images
 
@@ -90,6 +91,18 @@ def test_corrupt_jpeg_stops_with_its_name_and_leaves_no_output(raw, tmp_path):
     bad.write_bytes(bad.read_bytes()[:200])
     with pytest.raises(MpinetError, match=r"sea/00002.jpg: cannot decode image .*skip_bad_images"):
         prepare_images(raw, tmp_path / "ds", ImageOptions(image_size=24))
+    assert not (tmp_path / "ds").exists() and not (tmp_path / ".ds.partial").exists()
+
+
+def _killed(args):
+    os._exit(9)
+
+
+@pytest.mark.timeout(120)
+def test_a_decode_worker_that_dies_stops_the_preparation_with_a_clear_error(raw, tmp_path, monkeypatch):
+    monkeypatch.setattr(images, "_decode_chunk", _killed)  # the forked workers see it too
+    with pytest.raises(MpinetError, match=r"a process decoding the train images died"):
+        prepare_images(raw, tmp_path / "ds", ImageOptions(image_size=24), workers=2)
     assert not (tmp_path / "ds").exists() and not (tmp_path / ".ds.partial").exists()
 
 

@@ -108,6 +108,8 @@ PREPARATION = {
                 "c17beac91f6304aa": "1926d2e1e3661d58",
                 # 0.9.0: prepare_images takes an ImageOptions record; mpinet.layout names more files
                 "989ceb7c7b268b0f": "1926d2e1e3661d58",
+                # 0.9.1: decoded by a ProcessPoolExecutor (an error no longer hangs the pool)
+                "8e3ba8a30dd01c7a": "1926d2e1e3661d58",
             },
         ),
     )

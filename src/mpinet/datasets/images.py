@@ -7,6 +7,8 @@ stored as uint8 pixels that the trainer scales batch by batch, or, standardized,
 
 import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -196,11 +198,18 @@ def _decode_splits(root, jobs, classes, staging: Path, size, skip_bad, skipped, 
     pixels' channel counts and number."""
     dim = size * size * 3
     counts, train = {}, None
-    with get_context("fork").Pool(workers or min(os.cpu_count() or 1, 8)) as pool:
+    # Not multiprocessing.Pool: its terminate() on an error kills workers that may hold the result
+    # queue's lock, and the pool then hangs on exit. The executor cancels what has not started and
+    # lets the running chunks finish.
+    pool = ProcessPoolExecutor(workers or min(os.cpu_count() or 1, 8), mp_context=get_context("fork"))
+    try:
         for split, files, y in jobs:
             x_path = staging / f"{split}_x.npy"
             streamed = digest if split in ("train", "test") else None
-            kept, pixel_counts = _decode_all(pool, files, x_path, size, dim, skip_bad, skipped, split, streamed)
+            try:
+                kept, pixel_counts = _decode_all(pool, files, x_path, size, dim, skip_bad, skipped, split, streamed)
+            except BrokenProcessPool:  # a worker killed (out of memory, a signal): stop, not wait forever
+                raise MpinetError(f"{root}: a process decoding the {split} images died; out of memory?") from None
             train = (pixel_counts, len(kept) * size * size) if split == "train" else train
             (staging / f"{split}_files.txt").write_text("".join(f"{files[i]}\n" for i in kept))
             if y is not None:
@@ -211,6 +220,8 @@ def _decode_splits(root, jobs, classes, staging: Path, size, skip_bad, skipped, 
                 counts[split] = {c: int((y == i).sum()) for i, c in enumerate(classes)}
             if y is not None and len(y) == 0:
                 raise MpinetError(f"{root}: every {split} image was skipped as unreadable")
+    finally:
+        pool.shutdown(cancel_futures=True)
     return counts, train
 
 
@@ -326,7 +337,7 @@ def _decode_all(pool, files, x_path, size, dim, skip_bad, skipped, split, digest
     kept, total = [], pixels.no_counts()
     jobs = ((s, files[s : s + CHUNK], size, str(x_path), split == "train") for s in range(0, len(files), CHUNK))
     with tqdm(total=len(files), desc=f"decode {split}", unit="img", file=sys.stderr, mininterval=2) as bar:
-        for start, errors, got in pool.imap(_decode_chunk, jobs):  # in file order
+        for start, errors, got in pool.map(_decode_chunk, jobs):  # in file order
             if got is not None:
                 pixels.add_counts(total, got)
             for i, error in enumerate(errors, start):
