@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.study.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: tag retime numerics-lock docs test-fast test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-nodes install-profile clean help
+.PHONY: tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
@@ -34,6 +34,7 @@ help:
 	@echo "make test             set up .venv, then ruff, snakefmt, snakemake --lint and the whole pytest suite"
 	@echo "make test-fast        the unit tests alone (no MPI launcher, Snakemake run, cluster or compiler; about a minute)"
 	@echo "make numerics-lock    after an engine change: train the guard runs and map the code to its numbers' fingerprint"
+	@echo "make data-lock        after a data code change: fetch and prepare the guard sources and map the code to their fingerprint"
 	@echo "make lint             only the linters (ruff, ruff format --check, snakefmt --check, snakemake --lint)"
 	@echo "make docs             build the manual into site/ (MkDocs, strict: a broken link or anchor fails)"
 	@echo "make benchmark        the performance benchmarks (print tables; bench.py also writes benchmarks/results/)"
@@ -135,9 +136,13 @@ tag:
 	  echo "error: tag v$$v exists (commit $$(git rev-list -n 1 v$$v)); bump mpinet.__version__ first" >&2; exit 1; fi; \
 	git tag "v$$v" && echo "tagged v$$v; publish it with: git push origin v$$v"
 
-# the numerics lock's entry for the engine's code (docs/reruns.md): the guard runs decide, not a hand
+# the numerics lock's entry for the engine's code (docs/reruns.md): the guard runs decide, not a hand-typed hash
 numerics-lock: setup
 	MPINET_LOCK_NUMERICS=1 pytest -q -p no:cacheprovider tests/test_numerics.py -k lock
+
+# the data lock's entries for the fetching, preparation and synthesis code: the guard's output decides
+data-lock: setup
+	MPINET_LOCK_DATA=1 pytest -q -p no:cacheprovider tests/test_preparation.py -k lock
 
 test-fast: setup
 	pytest -m "$(UNIT)" -n 2 -p no:cacheprovider

@@ -143,6 +143,29 @@ def test_each_format_is_prepared_under_its_own_fingerprint_and_no_other_format_s
         assert FORMATS[fmt] in fp.modules() and not others & set(fp.modules()), fmt
 
 
+def test_the_lock_commands_map_a_refactor_to_the_old_fingerprint_and_new_output_to_the_code(tmp_path):
+    """What `make data-lock` and `make numerics-lock` write (fingerprints.write_lock): a refactor whose
+    guard output kept its bytes joins the recorded fingerprint; new output runs under the code's own
+    hash; output that moved under the very code it was recorded with (a library upgrade) is refused,
+    since only a version bump can give it a new fingerprint."""
+    from mpinet import MpinetError
+
+    package = EditedPackage(tmp_path)
+    guard = package.guard(PREPARATION["images"])
+    recorded = guard.value()
+    module = package.root / "datasets" / "images.py"
+    module.write_text(module.read_text() + "\n\ndef _unused():\n    pass\n")
+    fingerprints._code_hash.cache_clear()
+    assert guard.value() == guard.code_hash() != recorded  # unknown to the lock: its own hash
+    assert fingerprints.write_lock(guard, recorded, True, "preparation images") == recorded
+    assert guard.value() == recorded and guard.known()[guard.code_hash()] == recorded
+    assert fingerprints.write_lock(guard, recorded, False, "preparation images") == guard.code_hash()
+    assert guard.value() == guard.code_hash()
+    with pytest.raises(MpinetError, match="moved under the code it was recorded with: bump the version"):
+        fingerprints.write_lock(guard, guard.code_hash(), False, "preparation images")
+    fingerprints._code_hash.cache_clear()
+
+
 def test_the_numerics_lock_names_known_code_and_leaves_an_edit_its_own_hash(tmp_path):
     """Code the lock knows runs under the fingerprint the lock gives it; an edit the lock does not know
     (a user's) runs under its own code hash, so it reruns; an entry for it (what `make numerics-lock`

@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import sys
-from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,6 @@ import pytest
 from conftest import EditedPackage, run_train, weights, write_dataset
 
 REFERENCE = Path(__file__).with_name("numerics_reference.json")
-LOCK = Path(__file__).parents[1] / "src" / "mpinet" / "numerics_lock.json"
 LOCK_COMMAND = "make numerics-lock"
 BASE = ("--dtype", "float64", "--epochs", 3, "--hidden", 5, 4, "--seed", 3, "--batch-size", 4)
 # (ranks or None for a plain process, extra options) on Iris: every design and the options that change numbers
@@ -96,22 +94,19 @@ def lock(now: dict, code: str) -> str:
     """`make numerics-lock`: the fingerprint the guard's weights show this code to compute under, written
     to the lock (the reference's when every run gives its weights, else the code's own hash, with
     these weights as the new reference)."""
-    from mpinet import __version__
+    from mpinet.fingerprints import NUMERICS, write_lock
 
     ref = json.loads(REFERENCE.read_text()) if REFERENCE.is_file() else {"digests": {}}
     here = ref.get("machine") == machine()
     kept = [k for k in now if k in ref["digests"] and same(now[k], ref["digests"][k], here)]
-    if set(kept) == set(ref["digests"]) and kept:  # the same numbers; runs new to the guard join them
-        fingerprint = ref["fingerprint"]
+    all_kept = bool(kept) and set(kept) == set(ref["digests"])  # runs new to the guard join the same numbers
+    fingerprint = write_lock(NUMERICS, ref.get("fingerprint"), all_kept, "numerics")
+    if all_kept:
         ref["digests"] = {k: ref["digests"].get(k, now[k]) for k in now}
         ref.setdefault("machine", machine())
     else:
-        fingerprint = code
-        ref = {"fingerprint": code, "machine": machine(), "digests": now}
+        ref = {"fingerprint": fingerprint, "machine": machine(), "digests": now}
     REFERENCE.write_text(json.dumps(ref, indent=1) + "\n")
-    entries = json.loads(LOCK.read_text())
-    entries["entries"][code] = {"fingerprint": fingerprint, "mpinet": __version__, "locked": str(date.today())}
-    LOCK.write_text(json.dumps(entries, indent=1) + "\n")
     print(f"numerics lock: engine code {code} -> fingerprint {fingerprint}", file=sys.stderr)
     return fingerprint
 
@@ -122,13 +117,13 @@ def test_the_lock_maps_this_code_to_the_numbers_the_guard_runs_give(iris_dataset
     fingerprint whose weights the guard runs give (`make numerics-lock` writes it). New code, or code
     whose weights moved, fails here until the lock says so; a user's local edit, unknown to the lock,
     runs under its own code hash (test_fingerprints)."""
-    from mpinet.fingerprints import NUMERICS, read_lock
+    from mpinet.fingerprints import NUMERICS
 
     code = NUMERICS.code_hash()
     now = trained(iris_dataset, tmp_path)
     if os.environ.get("MPINET_LOCK_NUMERICS"):
         lock(now, code)
-    locked = read_lock(LOCK).get(code)
+    locked = NUMERICS.known().get(code)
     assert locked, f"the numerics lock has no entry for the engine's code {code}: run `{LOCK_COMMAND}`"
     ref = json.loads(REFERENCE.read_text())
     assert locked == ref["fingerprint"], (

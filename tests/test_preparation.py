@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -20,6 +21,7 @@ from conftest import EditedPackage
 from PIL import Image
 
 REFERENCE = Path(__file__).with_name("preparation_reference.json")
+LOCK_COMMAND = "make data-lock"
 IRIS = Path(__file__).resolve().parents[1] / "src" / "mpinet" / "data" / "iris.csv"
 CLASSES = ("sea", "forest", "street")
 # (name, source made by _sources, format, dataset options): each reader and the options that change arrays
@@ -98,37 +100,45 @@ def produced(tmp_path: Path) -> tuple[dict, dict]:
     return fetched, prepared
 
 
-def test_fetched_files_and_prepared_arrays_change_only_with_their_fingerprints(tmp_path):
+def check_lock(fp, what: str, reference: dict, moved: list) -> None:
+    """One data fingerprint against its lock: the lock maps the code's hash to the fingerprint the
+    guard's output is recorded under, and that output is what the code gives. `make data-lock`
+    (MPINET_LOCK_DATA=1) first writes the entry and, for moved output, the new reference."""
+    from mpinet.fingerprints import write_lock
+
+    if os.environ.get("MPINET_LOCK_DATA"):
+        reference["fingerprints"][what] = write_lock(fp, reference["fingerprints"].get(what), not moved, what)
+        print(f"data lock: {what} code {fp.code_hash()} -> {reference['fingerprints'][what]}", file=sys.stderr)
+        moved.clear()
+    code, recorded = fp.code_hash(), reference["fingerprints"][what]
+    locked = fp.known().get(code)
+    assert locked, f"the data lock has no entry for the {what} code {code}: run `{LOCK_COMMAND}`"
+    assert locked == recorded, f"the lock maps the {what} code to {locked}, its guard to {recorded}: `{LOCK_COMMAND}`"
+    assert not moved, (
+        f"the guard's {what} output of {moved} is not that of fingerprint {locked}, which the lock maps this code "
+        f"to: run `{LOCK_COMMAND}` (new data get a new fingerprint, and studies of it prepare and train again)"
+    )
+
+
+def test_the_data_lock_maps_this_code_to_the_files_and_arrays_the_guard_produces(tmp_path):
+    """The data fingerprints are computed, not typed: fixed sources fetched and prepared must give the
+    output recorded under the fingerprint the lock maps the code to (a refactor: one command, no hash
+    typed; new output: a new fingerprint, so old data are never kept)."""
     from mpinet.fingerprints import FETCHING, PREPARATION
 
     fetched, prepared = produced(tmp_path)
-    now = {
-        "fetching": FETCHING.value(),
-        "preparation": {fmt: fp.value() for fmt, fp in PREPARATION.items()},
-        "fetched": fetched,
-        "prepared": prepared,
-    }
-    if os.environ.get("MPINET_RECORD_PREPARATION"):
-        REFERENCE.write_text(json.dumps(now, indent=1) + "\n")
-    recorded = json.loads(REFERENCE.read_text())
-    how = "then record with MPINET_RECORD_PREPARATION=1 pytest tests/test_preparation.py"
-    # (the fingerprint, its name, its value now and recorded, the cases it covers, what they give)
-    guards = [(FETCHING, "fetching", now["fetching"], recorded["fetching"], list(CASES), "fetched")]
+    now = {"fetched": fetched, "prepared": prepared}
+    reference = json.loads(REFERENCE.read_text())
+    guards = [(FETCHING, "fetching", "fetched", list(CASES))]
     for fmt, fp in PREPARATION.items():
-        cases = [k for k, (_, f, _) in CASES.items() if f == fmt]
-        value, was = now["preparation"][fmt], recorded["preparation"][fmt]
-        guards.append((fp, f"{fmt} preparation", value, was, cases, "prepared"))
-    for fp, name, value, was, cases, key in guards:
-        changed = [k for k in cases if now[key][k] != recorded[key][k]]
-        assert not changed or value != was, (
-            f"the {key} data of {changed} changed but the {name} fingerprint did not: bump its version in "
-            f"src/mpinet/fingerprints.py (or add the module that changed them to its modules), {how}"
-        )
-        assert value == was, (
-            f"the {name} fingerprint changed: every study of it {'refetches, ' if key == 'fetched' else ''}"
-            f"re-prepares and retrains. The same data (a refactor): map the code's hash to the recorded "
-            f"fingerprint in its `same`, {fp.code_hash()!r}: {was!r}; new data: {how}"
-        )
+        guards.append((fp, f"preparation {fmt}", "prepared", [k for k, (_, f, _) in CASES.items() if f == fmt]))
+    moved = {what: [k for k in cases if now[key][k] != reference[key].get(k)] for _, what, key, cases in guards}
+    if os.environ.get("MPINET_LOCK_DATA"):
+        for fp, what, _, _ in guards:
+            check_lock(fp, what, reference, moved[what])
+        REFERENCE.write_text(json.dumps({**reference, **now}, indent=1) + "\n")
+    for fp, what, _, _ in guards:
+        check_lock(fp, what, reference, moved[what])
 
 
 @pytest.mark.parametrize("name", ["FETCHING", "PREPARATION-csv", "PREPARATION-images"])
@@ -184,22 +194,16 @@ def test_the_data_commands_explain_themselves_and_fail_in_one_line_leaving_nothi
 SYNTHESIS_REFERENCE = Path(__file__).with_name("synthesis_reference.json")
 
 
-def test_the_synthetic_archive_changes_only_with_its_fingerprint(tmp_path):
+def test_the_synthetic_archive_is_the_one_its_locked_fingerprint_recorded(tmp_path):
     from mpinet.datasets.synthetic import make_archive
     from mpinet.fingerprints import SYNTHESIS
 
     archive = make_archive(tmp_path / "intel.zip", 3, 2, 2, 16, seed=5)
     again = make_archive(tmp_path / "again.zip", 3, 2, 2, 16, seed=5)
     assert archive.read_bytes() == again.read_bytes()  # the same settings, the same bytes
-    now = {"synthesis": SYNTHESIS.value(), "archive": hashlib.sha256(archive.read_bytes()).hexdigest()}
-    if os.environ.get("MPINET_RECORD_PREPARATION"):
-        SYNTHESIS_REFERENCE.write_text(json.dumps(now, indent=1) + "\n")
-    recorded = json.loads(SYNTHESIS_REFERENCE.read_text())
-    assert now["archive"] == recorded["archive"] or now["synthesis"] != recorded["synthesis"], (
-        "the synthetic archive changed but its fingerprint did not: bump SYNTHESIS' version, then record "
-        "with MPINET_RECORD_PREPARATION=1 pytest tests/test_preparation.py"
-    )
-    assert now["synthesis"] == recorded["synthesis"], (
-        f"the synthesis fingerprint changed: map {SYNTHESIS.code_hash()!r}: {recorded['synthesis']!r} in its `same`"
-        " if the archive is the same"
-    )
+    now = hashlib.sha256(archive.read_bytes()).hexdigest()
+    reference = json.loads(SYNTHESIS_REFERENCE.read_text())
+    moved = [] if now == reference["archive"] else ["the archive"]
+    check_lock(SYNTHESIS, "synthesis", reference, moved)
+    if os.environ.get("MPINET_LOCK_DATA"):
+        SYNTHESIS_REFERENCE.write_text(json.dumps({**reference, "archive": now}, indent=1) + "\n")

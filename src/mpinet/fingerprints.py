@@ -20,8 +20,9 @@ Guard tests fail when a job's output changes while its fingerprint does not. Tra
 are found by running them: the numerics lock (numerics_lock.json, beside this module) maps each
 engine code hash to the fingerprint whose weights the guard runs give, and `make numerics-lock`
 (tests/test_numerics.py) writes the current code's entry, so no hash is typed by hand; code the
-lock does not know runs under its own hash. The data fingerprints keep a hand-kept `same` table
-(tests/test_preparation.py guards it). Either way upgrading over a refactor reruns nothing. Timings
+lock does not know runs under its own hash. The data fingerprints have one lock too
+(data_lock.json), written by `make data-lock` from the data guard (tests/test_preparation.py).
+Either way upgrading over a refactor reruns nothing. Timings
 are not numbers here: a run records the engine that timed it (its code hash) and a speedup divides
 only timings of one engine (mpinet.analysis.aggregate).
 """
@@ -29,7 +30,8 @@ only timings of one engine (mpinet.analysis.aggregate).
 import ast
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import date
 from functools import cache
 from pathlib import Path
 
@@ -42,10 +44,10 @@ class CodeFingerprint:
     name: str
     version: int
     entries: tuple[str, ...]  # the modules the job runs; what they import is found from the code
-    # refactors after which the guard test still gives the recorded output: code hash -> fingerprint
-    same: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     root: Path = PACKAGE
-    lock: str = ""  # a JSON file beside the package's modules holding such entries, written by a command
+    # a JSON file beside the package's modules mapping the code hashes of refactors after which the
+    # guard still gives the recorded output to that output's fingerprint; written by a make target
+    lock: str = ""
 
     def value(self) -> str:
         """The fingerprint jobs run under: the code's hash, or the one it computes the same as."""
@@ -53,8 +55,8 @@ class CodeFingerprint:
         return self.known().get(h, h)
 
     def known(self) -> dict[str, str]:
-        """Every code hash known to compute as an earlier one: `same`, and the lock's entries."""
-        return {**self.same, **read_lock(self.root / self.lock)} if self.lock else dict(self.same)
+        """Every code hash known to compute as an earlier one: the lock's entries."""
+        return read_lock(self.root / self.lock) if self.lock else {}
 
     def code_hash(self) -> str:
         """sha256 of the name, the version and the code shapes of the modules in the closure."""
@@ -68,59 +70,19 @@ class CodeFingerprint:
 # a training run's numbers (its weights); checkpoints and run.json carry it too. Its refactors that
 # keep the weights are found by the guard runs and written to the lock by `make numerics-lock`
 NUMERICS = CodeFingerprint("numerics", 1, ("mpinet.engine.loop",), lock="numerics_lock.json")
+# The data's fingerprints share one lock (their code hashes differ: the name and modules are in
+# them), written by `make data-lock` from the data guard (tests/test_preparation.py).
+DATA_LOCK = "data_lock.json"
 # what lands in resources/raw/<dataset>: the download, the checksum check and the unpacking
-FETCHING = CodeFingerprint(
-    "fetching",
-    1,
-    ("mpinet.datasets.fetch",),
-    {"cfa0326fea76695b": "0ab16cf8a1426656"},  # 0.4.0: derived modules; bundled:NAME resolved in fetch()
-)
+FETCHING = CodeFingerprint("fetching", 1, ("mpinet.datasets.fetch",), lock=DATA_LOCK)
 # the arrays from those files, one fingerprint per format (the formats of mpinet.datasets.prepare,
 # which imports each format's module by name): the dispatch and that module with what it imports
 PREPARATION = {
-    fmt: CodeFingerprint("preparation", 1, ("mpinet.datasets.prepare", module), same)
-    for fmt, module, same in (
-        # 0.4.0: the datasets subpackage, derived modules; dataset writing in mpinet.datasets.prepared
-        # 0.7.0: one fingerprint per format; the same tables
-        (
-            "csv",
-            "mpinet.datasets.csvdata",
-            {
-                "e6a8cb4d5cc40a27": "d17364a9ba7f0492",
-                "70d6ec53583804ad": "d17364a9ba7f0492",
-                "a65052d6f5a805f1": "d17364a9ba7f0492",
-                "5ab5adaacbb3fd46": "d17364a9ba7f0492",
-                "e6de3eec38bee983": "d17364a9ba7f0492",  # 0.7.1: pixels' channel counts (not a table's)
-                # 0.9.0: tables read as published (mpinet.datasets.tables): the same arrays and counts
-                "f7ba33cdaf03d72b": "d17364a9ba7f0492",
-            },
-        ),
-        # 0.7.0: images that are not standardized are stored as uint8 pixels (new arrays, the same
-        # values); channel statistics from exact pixel counts (the same up to rounding)
-        (
-            "images",
-            "mpinet.datasets.images",
-            {
-                "b5a8a4992a580549": "1926d2e1e3661d58",
-                "0092fa845a96d48d": "1926d2e1e3661d58",
-                # 0.7.1: decoded CHUNK files a task, counted together, the counts summed by the BLAS:
-                # the same arrays and summaries
-                "c17beac91f6304aa": "1926d2e1e3661d58",
-                # 0.9.0: prepare_images takes an ImageOptions record; mpinet.layout names more files
-                "989ceb7c7b268b0f": "1926d2e1e3661d58",
-                # 0.9.1: decoded by a ProcessPoolExecutor (an error no longer hangs the pool)
-                "8e3ba8a30dd01c7a": "1926d2e1e3661d58",
-            },
-        ),
-    )
+    fmt: CodeFingerprint("preparation", 1, ("mpinet.datasets.prepare", module), lock=DATA_LOCK)
+    for fmt, module in (("csv", "mpinet.datasets.csvdata"), ("images", "mpinet.datasets.images"))
 }
 # the generated stand-in for the Intel archive
-SYNTHESIS = CodeFingerprint(
-    "synthesis",
-    1,
-    ("mpinet.datasets.synthetic",),
-    {"24f3148fb410944b": "b7fc5e6b0b209c2d"},  # 0.9.0: mpinet.layout names more files; the same archive
-)
+SYNTHESIS = CodeFingerprint("synthesis", 1, ("mpinet.datasets.synthetic",), lock=DATA_LOCK)
 
 
 def read_lock(path: Path) -> dict[str, str]:
@@ -128,6 +90,27 @@ def read_lock(path: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     return {h: e["fingerprint"] for h, e in json.loads(path.read_text())["entries"].items()}
+
+
+def write_lock(fp: CodeFingerprint, recorded: str | None, kept: bool, what: str) -> str:
+    """Enter fp's current code in its lock and return the fingerprint entered: the guard's recorded
+    one when the guard's output kept its bytes (a refactor), else the code's own hash (new output).
+    The make targets that run the guards call this; nothing else writes a lock."""
+    from mpinet import MpinetError, __version__
+
+    code = fp.code_hash()
+    if not kept and code == recorded:  # e.g. a library upgrade: the same code, other output
+        raise MpinetError(
+            f"the {what} guard's output moved under the code it was recorded with: bump the "
+            f"version of its fingerprint in mpinet/fingerprints.py, then lock again"
+        )
+    fingerprint = recorded if kept else code
+    path = fp.root / fp.lock
+    doc = json.loads(path.read_text())
+    entry = {"fingerprint": fingerprint, "what": what, "mpinet": __version__, "locked": str(date.today())}
+    doc["entries"][code] = entry
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return fingerprint
 
 
 def job_code(*entries: str) -> str:
