@@ -101,6 +101,7 @@ def test_missing_values_are_refused_naming_row_and_column_or_dropped_and_counted
     lines = [f"{a},{b},{d},{e},{c}\n" for _, c, a, b, d, e in rows]
     lines[4] = lines[4].replace(str(rows[4][3]), "?", 1)  # UCI's marker
     lines[9] = "NA," + lines[9].split(",", 1)[1]
+    lines[12] = lines[12].rsplit(",", 1)[0] + ",\n"  # no label
     path = tmp_path / "gaps.data"
     path.write_text("".join(lines))
     with pytest.raises(
@@ -109,8 +110,16 @@ def test_missing_values_are_refused_naming_row_and_column_or_dropped_and_counted
         prepare_table(path, tmp_path / "refused")
     assert not (tmp_path / "refused").exists()
     summary = prepare_table(path, tmp_path / "out", {"missing": "drop_rows"})
-    assert summary["table"]["rows_dropped_missing"] == 2 and summary["table"]["missing"] == "drop_rows"
-    assert sum(sum(c.values()) for c in summary["counts"].values()) == N - 2
+    dropped = summary["table"]["rows_dropped_missing"]
+    assert set(dropped) == {"train", "test", "unlabelled"} and summary["table"]["missing"] == "drop_rows"
+    assert dropped["unlabelled"] == 1 and dropped["train"] + dropped["test"] == 2
+    assert sum(sum(c.values()) for c in summary["counts"].values()) == N - 3
+    for split in ("train", "test"):
+        assert not np.isnan(np.load(tmp_path / "out" / f"{split}_x.npy")).any()
+        assert len(np.load(tmp_path / "out" / f"{split}_y.npy")) == sum(summary["counts"][split].values())
+    from mpinet.analysis.plots import how_read
+
+    assert "3 rows with missing values dropped (" in how_read(summary["table"])
     assert _learns(tmp_path / "out") > 0.8
 
 

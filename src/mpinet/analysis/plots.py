@@ -206,8 +206,10 @@ def how_read(table: dict) -> str:
     parts.append(f"label '{table['label_column']}'")
     if table.get("id_columns"):
         parts.append(f"ids left out: {', '.join(table['id_columns'])}")
-    if table.get("rows_dropped_missing"):
-        parts.append(f"{table['rows_dropped_missing']} rows with missing values dropped")
+    dropped = {k: n for k, n in table.get("rows_dropped_missing", {}).items() if n}
+    if dropped:
+        each = ", ".join(f"{k} {n}" for k, n in dropped.items())
+        parts.append(f"{sum(dropped.values())} rows with missing values dropped ({each})")
     return "; ".join(parts)
 
 

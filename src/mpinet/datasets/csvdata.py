@@ -28,7 +28,9 @@ def read_table(
     """Read a table into (features float64[n, d], labels, feature names): read_labelled without its
     decisions. `label_column` (a name, or a 0-based index) is a shorthand for reading's key."""
     reading = dict(reading or {}, **({"label_column": label_column} if label_column is not None else {}))
-    return read_labelled(Path(path), reading)[:3]
+    x, labels, names, _ = read_labelled(Path(path), reading)
+    complete = ~np.isnan(x).any(axis=1)
+    return x[complete], [lab for lab, c in zip(labels, complete) if c], names
 
 
 def read_labelled(path: Path, reading: dict) -> tuple[np.ndarray, list[str], list[str], dict]:
@@ -36,8 +38,8 @@ def read_labelled(path: Path, reading: dict) -> tuple[np.ndarray, list[str], lis
     (mpinet.datasets.tables reads its cells). `reading` holds the dataset's keys: label_column (a
     name or a 0-based index; default the last column), id_column (excluded; so are columns a header
     names like an id and, in a headerless table, a first column of distinct integers or one counting
-    0, 1, 2...), missing (refuse or drop_rows rows with a `?`, `NA` or empty cell), separator and
-    header."""
+    0, 1, 2...), missing (refuse or drop_rows rows with a `?`, `NA` or empty cell: a row without a
+    label is dropped here, a missing feature is NaN), separator and header."""
     table = read_cells(path, reading)
     names, rows, decimal = table.names, table.rows, table.decided["decimal"]
     width = len(names)
@@ -52,22 +54,23 @@ def read_labelled(path: Path, reading: dict) -> tuple[np.ndarray, list[str], lis
     if policy not in MISSING_POLICIES:
         raise MpinetError(f"missing: unknown {policy!r}; expected {' or '.join(MISSING_POLICIES)}")
     feature_idx = [j for j in range(width) if j != label_idx and j not in named]
-    values, labels, dropped = [], [], 0
+    values, labels, unlabelled = [], [], 0
     for line, cells in rows:
         if len(cells) != width:
             raise MpinetError(f"{path}: row {line} has {len(cells)} cells, expected {width}")
         gaps = [j for j in [label_idx, *feature_idx] if cells[j] in MISSING]
-        if gaps and policy == "drop_rows":
-            dropped += 1
-            continue
-        if gaps:
+        if gaps and policy == "refuse":
             j = gaps[0]
             what = f"the label column '{names[j]}'" if j == label_idx else f"column '{names[j]}'"
             how = "is empty" if not cells[j] else f"is missing ({cells[j]!r})"
             raise MpinetError(f"{path}: row {line}: {what} {how}; set missing: drop_rows to drop such rows")
-        values.append([_number(path, line, names[j], cells[j], decimal) for j in feature_idx])
+        if label_idx in gaps:  # belongs to no class, so to no split: dropped here
+            unlabelled += 1
+            continue
+        # drop_rows: a missing feature is NaN until prepare_table drops its row after the split
+        values.append([np.nan if j in gaps else _number(path, line, names[j], cells[j], decimal) for j in feature_idx])
         labels.append(cells[label_idx])
-    if not values:
+    if not values or np.isnan(values).any(axis=1).all():
         raise MpinetError(f"{path}: every row has a missing value; nothing is left to train on")
     x = np.array(values, dtype=np.float64)
     headerless = not table.decided["header"]
@@ -75,7 +78,7 @@ def read_labelled(path: Path, reading: dict) -> tuple[np.ndarray, list[str], lis
     keep = [k for k, j in enumerate(feature_idx) if j not in detected]
     ids = sorted(named | detected)
     decided = {**table.decided, "label_column": names[label_idx], "id_columns": [names[j] for j in ids]}
-    decided |= {"missing": policy, "rows_dropped_missing": dropped, "encoding": table.encoding}
+    decided |= {"missing": policy, "rows_dropped_missing": {"unlabelled": unlabelled}, "encoding": table.encoding}
     return x[:, keep], labels, [names[feature_idx[k]] for k in keep], decided
 
 
@@ -125,6 +128,14 @@ def prepare_table(
     y = np.array([classes.index(lab) for lab in labels], dtype=np.int64)
     train_idx, test_idx = stratified_split(y, test_fraction, seed)
     train_idx = np.random.default_rng([seed, 1]).permutation(train_idx)  # stored shuffled: see train.SHUFFLES
+    # rows with a missing feature (missing: drop_rows) are split with the others, then dropped, so
+    # each split's count says how many of its rows were lost
+    complete = ~np.isnan(x).any(axis=1)
+    for split, idx in (("train", train_idx), ("test", test_idx)):
+        decided["rows_dropped_missing"][split] = int((~complete[idx]).sum())
+        if not complete[idx].any():
+            raise MpinetError(f"{path}: every {split} row has a missing value; nothing is left to {split} on")
+    train_idx, test_idx = train_idx[complete[train_idx]], test_idx[complete[test_idx]]
     mean = x[train_idx].mean(axis=0)
     std = x[train_idx].std(axis=0)
     std[std == 0] = 1.0  # a constant feature carries no information; leave it at zero
