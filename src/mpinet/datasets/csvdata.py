@@ -126,16 +126,7 @@ def prepare_table(
     if len(classes) < 2:
         raise MpinetError(f"{path}: only one class ({classes[0]!r}) in the label column; need at least 2")
     y = np.array([classes.index(lab) for lab in labels], dtype=np.int64)
-    train_idx, test_idx = stratified_split(y, test_fraction, seed)
-    train_idx = np.random.default_rng([seed, 1]).permutation(train_idx)  # stored shuffled: see train.SHUFFLES
-    # rows with a missing feature (missing: drop_rows) are split with the others, then dropped, so
-    # each split's count says how many of its rows were lost
-    complete = ~np.isnan(x).any(axis=1)
-    for split, idx in (("train", train_idx), ("test", test_idx)):
-        decided["rows_dropped_missing"][split] = int((~complete[idx]).sum())
-        if not complete[idx].any():
-            raise MpinetError(f"{path}: every {split} row has a missing value; nothing is left to {split} on")
-    train_idx, test_idx = train_idx[complete[train_idx]], test_idx[complete[test_idx]]
+    train_idx, test_idx = _split(path, x, y, (test_fraction, seed), decided["rows_dropped_missing"])
     mean = x[train_idx].mean(axis=0)
     std = x[train_idx].std(axis=0)
     std[std == 0] = 1.0  # a constant feature carries no information; leave it at zero
@@ -169,6 +160,21 @@ def prepare_table(
             np.save(staging / f"{name}_y.npy", y[rows])
         prepared.write(out_dir, staging, classes, summary)
     return summary
+
+
+def _split(path, x: np.ndarray, y: np.ndarray, how: tuple, dropped: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The training rows (in their stored, shuffled order) and the test rows of a stratified split by
+    how = (test_fraction, seed). Rows with a missing feature (missing: drop_rows) are split with the
+    others and then dropped, so each split's count in `dropped` says how many of its rows it lost."""
+    test_fraction, seed = how
+    train_idx, test_idx = stratified_split(y, test_fraction, seed)
+    train_idx = np.random.default_rng([seed, 1]).permutation(train_idx)  # stored shuffled: see train.SHUFFLES
+    complete = ~np.isnan(x).any(axis=1)
+    for split, idx in (("train", train_idx), ("test", test_idx)):
+        dropped[split] = int((~complete[idx]).sum())
+        if not complete[idx].any():
+            raise MpinetError(f"{path}: every {split} row has a missing value; nothing is left to {split} on")
+    return train_idx[complete[train_idx]], test_idx[complete[test_idx]]
 
 
 def column_index(path: Path, names: list[str], spec, key: str, default: int) -> int:
