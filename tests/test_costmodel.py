@@ -11,6 +11,7 @@ import pytest
 from mpinet.analysis.costmodel import (
     COMPUTE_KEYS,
     Link,
+    Timed,
     Work,
     allgather_seconds,
     allreduce_seconds,
@@ -19,6 +20,7 @@ from mpinet.analysis.costmodel import (
     fit_compute,
     fit_link,
     layer_sizes,
+    measured_link,
     model_error,
     n_params,
     paramserver_step_seconds,
@@ -62,6 +64,61 @@ def test_runs_that_differ_in_any_compute_option_are_fitted_apart():
     assert by_shuffle == {"samples": pytest.approx(2.1e-5), "batches": pytest.approx(1.05e-5)}
     # every option but the stated exclusions separates runs, options added later included
     assert set(COMPUTE_KEYS) == {"dataset", *(f.name for f in fields(Options))} - set(NOT_COMPUTE)
+
+
+def test_an_allreduce_timed_at_a_rank_count_is_taken_as_timed_and_scales_the_formula_elsewhere():
+    """commbench times the Allreduce at 2, 4, ... and all ranks: those counts take the timing (read
+    between the sizes timed, per byte past the largest), the others the formula scaled by what the
+    nearest count below cost beyond it (ranks sharing a node's memory; no timing: the formula)."""
+    link = Link(1e-6, 1e-9)
+    timed = Timed((8.0, 1024.0, 1 << 20), (2e-6, 4e-6, 4e-3))
+    assert [timed.at(b) for b in (8, 1024, 1 << 20)] == pytest.approx([2e-6, 4e-6, 4e-3])
+    assert timed.at(32) == pytest.approx(2e-6 * 2 ** (2 / 7))  # log-log between 8 and 1024 bytes
+    assert timed.at(4 << 20) == pytest.approx(16e-3)  # per byte past the largest
+    measured = Link(1e-6, 1e-9, allreduce_at={2: timed, 4: Timed((8.0, 1 << 20), (3e-6, 9e-3))})
+    assert allreduce_seconds(2, 1 << 20, 4, measured) == pytest.approx(4e-3)
+    assert allreduce_seconds(4, 1 << 20, 4, measured) == pytest.approx(9e-3)
+    for ranks, k in ((3, 2), (8, 4), (32, 4)):
+        ratio = measured.allreduce_at[k].at(1 << 20) / allreduce_seconds(k, 1 << 20, 4, link)
+        assert allreduce_seconds(ranks, 1 << 20, 4, measured) == pytest.approx(
+            allreduce_seconds(ranks, 1 << 20, 4, link) * ratio
+        )
+    assert allreduce_seconds(1, 1 << 20, 4, measured) == 0.0
+
+
+def test_the_measured_link_reads_every_rank_count_commbench_timed_and_older_tables():
+    rows = [
+        {"bytes": b, "one_way_s": 1e-6 + b * 1e-10, "allreduce_s": k * (2e-6 + b * 1e-10), "ranks": k}
+        for b in (8, 1024, 1 << 16, 1 << 20)
+        for k in (2, 3)
+    ]
+    bench = pd.DataFrame(rows).assign(alpha_s=1e-6, beta_s_per_byte=1e-10, library="MPICH Version: 5")
+    link = measured_link(bench)
+    assert (link.alpha, link.beta) == (1e-6, 1e-10) and sorted(link.allreduce_at) == [2, 3]
+    assert allreduce_seconds(3, 1 << 16, 4, link) == pytest.approx(3 * (2e-6 + (1 << 16) * 1e-10))
+    older = bench[bench["ranks"] == 3]  # before 0.9.0: the Allreduce at all ranks only
+    assert sorted(measured_link(older).allreduce_at) == [3]
+    bare = bench[["alpha_s", "beta_s_per_byte"]]
+    assert measured_link(bare).allreduce_at == {} and measured_link(bare).alpha == 1e-6
+
+
+@pytest.mark.mpi
+def test_commbench_times_the_allreduce_at_every_count_and_the_model_reads_it(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import env
+
+    from mpinet.launch.launcher import mpiexec_argv
+
+    out = tmp_path / "commbench.csv"
+    cmd = [*mpiexec_argv(3), sys.executable, "-m", "mpi4py", "-m", "mpinet.commbench"]
+    subprocess.run([*cmd, "--max-bytes", str(1 << 18), "--out", str(out)], check=True, env=env(), timeout=120)
+    bench = pd.read_csv(out)
+    assert bench.groupby("bytes")["ranks"].apply(sorted).map(tuple).unique().tolist() == [(2, 3)]
+    assert (bench.groupby("bytes")["one_way_s"].nunique() == 1).all()  # one ping-pong per size
+    assert (bench["allreduce_s"] > 0).all() and bench["bytes"].max() == 1 << 18
+    assert sorted(measured_link(bench).allreduce_at) == [2, 3]
 
 
 def test_allreduce_follows_mpichs_algorithm_choice():

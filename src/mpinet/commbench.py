@@ -1,11 +1,13 @@
-"""The MPI microbenchmark behind the cost model: a ping-pong and an Allreduce at growing message
-sizes, on MPI.COMM_WORLD, beside mpinet.engine.comm (the two modules that call MPI).
+"""The MPI microbenchmark behind the cost model: a ping-pong and an Allreduce (on 2, 4, ... and all
+ranks) at growing message sizes, on MPI.COMM_WORLD, beside mpinet.engine.comm (the two modules
+that call MPI).
 
 Run under the launcher with 2+ ranks: mpiexec -n 2 python -m mpi4py -m mpinet.commbench --max-bytes N --out F
 """
 
 import argparse
 import sys
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -16,36 +18,58 @@ from mpinet.analysis.costmodel import fit_link
 
 def bench(comm, max_bytes: int, repeats: int = 20) -> pd.DataFrame:
     """Ping-pong between the first and the last rank (one-way seconds = half the round trip, median
-    of `repeats`) for message sizes from 8 bytes up to max_bytes, and MPI_Allreduce over all ranks.
-    The last rank, not rank 1: srun places ranks block-wise, so on several nodes the first and the
-    last are on different nodes and the ping-pong measures the link between nodes."""
+    of `repeats`) for message sizes from 8 bytes up to max_bytes, and MPI_Allreduce over the first k
+    ranks at each of allreduce_counts (the same ping-pong beside each). The last rank, not rank 1:
+    srun places ranks block-wise, so on several nodes the first and the last are on different nodes
+    and the ping-pong measures the link between nodes. The Allreduce is timed at every count because
+    ranks that share a node share its memory system, which a ping-pong does not see."""
     from mpi4py import MPI
 
     sizes = [8 << k for k in range(0, 40) if 8 << k <= max_bytes] + [max_bytes]
-    last = comm.size - 1
+    counts = allreduce_counts(comm.size)
+    subs = {k: comm.Split(0 if comm.rank < k else MPI.UNDEFINED, comm.rank) for k in counts}
     rows = []
     for size in sorted(set(sizes)):
         buf = np.zeros(size // 8, dtype=np.float64)
-        times = []
-        for _ in range(repeats + 2):
-            comm.Barrier()
-            t = MPI.Wtime()
-            if comm.rank == 0:
-                comm.Send(buf, dest=last)
-                comm.Recv(buf, source=last)
-            elif comm.rank == last:
-                comm.Recv(buf, source=0)
-                comm.Send(buf, dest=0)
-            times.append((MPI.Wtime() - t) / 2)
-        ping = float(np.median(times[2:]))
-        times = []
-        for _ in range(repeats + 2):
-            comm.Barrier()
-            t = MPI.Wtime()
-            comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-            times.append(MPI.Wtime() - t)
-        rows.append({"bytes": size, "one_way_s": ping, "allreduce_s": float(np.median(times[2:])), "ranks": comm.size})
+        ping = _median(comm, repeats, partial(_ping_pong, comm, buf)) / 2  # one way: half the round trip
+        for k, sub in subs.items():
+            reduce = partial(sub.Allreduce, MPI.IN_PLACE, buf, op=MPI.SUM) if sub != MPI.COMM_NULL else None
+            seconds = _median(comm, repeats, reduce)
+            rows.append({"bytes": size, "one_way_s": ping, "allreduce_s": seconds, "ranks": k})
+    for sub in subs.values():
+        if sub != MPI.COMM_NULL:
+            sub.Free()
     return pd.DataFrame(rows)
+
+
+def allreduce_counts(size: int) -> list[int]:
+    """The rank counts the Allreduce is timed at: the powers of two below size, and size."""
+    return sorted({*(1 << k for k in range(1, size.bit_length()) if 1 << k < size), size})
+
+
+def _ping_pong(comm, buf) -> None:
+    last = comm.size - 1
+    if comm.rank == 0:
+        comm.Send(buf, dest=last)
+        comm.Recv(buf, source=last)
+    elif comm.rank == last:
+        comm.Recv(buf, source=0)
+        comm.Send(buf, dest=0)
+
+
+def _median(comm, repeats: int, step) -> float:
+    """Median seconds of `step` (None: this rank takes no part) over repeats, after 2 warm-ups; each
+    timed from a barrier of all ranks, so the ranks outside a sub-communicator wait, not stream."""
+    from mpi4py import MPI
+
+    times = []
+    for _ in range(repeats + 2):
+        comm.Barrier()
+        t = MPI.Wtime()
+        if step is not None:
+            step()
+        times.append(MPI.Wtime() - t)
+    return float(np.median(times[2:]))
 
 
 def main(argv=None) -> int:
@@ -65,7 +89,8 @@ def main(argv=None) -> int:
     table = bench(comm, a.max_bytes)
     if comm.rank == 0:
         try:
-            link = fit_link(table["bytes"], table["one_way_s"])
+            whole = table[table["ranks"] == comm.size]  # the ping-pong, once per size
+            link = fit_link(whole["bytes"], whole["one_way_s"])
         except MpinetError as e:
             print(f"mpinet.commbench: error: {e} (--max-bytes)", file=sys.stderr)
             comm.Abort(1)

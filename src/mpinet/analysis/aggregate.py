@@ -346,9 +346,9 @@ def add_model(runs: pd.DataFrame, bench: pd.DataFrame) -> tuple[pd.DataFrame, pd
     """The cost model fitted to these runs and this machine's α and β: each run's predicted epoch
     time and error, and predictions for 1-32 ranks (and every swept count) with the measured link
     and the interconnect presets."""
-    from mpinet.analysis.costmodel import INTERCONNECTS, Link, collectives, predict, predicted_epochs
+    from mpinet.analysis.costmodel import INTERCONNECTS, Link, collectives, measured_link, predict, predicted_epochs
 
-    measured = Link(float(bench["alpha_s"].iloc[0]), float(bench["beta_s_per_byte"].iloc[0]), "ping-pong here")
+    measured = measured_link(bench)
     runs = runs.copy()
     runs["model_epoch_s"] = predicted_epochs(runs, measured)
     runs["model_error"] = runs["model_epoch_s"] / runs["median_epoch_s"] - 1

@@ -7,7 +7,10 @@ samples.
 
 Communication: one message of m bytes costs α + β·m, with α and β fitted by least squares to a
 ping-pong between two ranks (mpinet.commbench, which the workflow runs once per study where the
-training runs). Collectives are built from messages the way MPICH 5 does them:
+training runs). The same benchmark times the Allreduce on 2, 4, ... and all its ranks; at those
+counts the model takes it as timed, and elsewhere prices it as below, scaled by the timed/priced
+ratio at the nearest timed count (allreduce_seconds). Collectives are built from messages the way
+MPICH 5 does them:
 its default selection (src/mpi/coll/coll_selection.json) uses recursive doubling for Allreduce
 messages of at most 8 bytes or fewer elements than the largest power of two p' <= P ranks, and
 otherwise Rabenseifner's reduce-scatter + allgather: 2·log2(p')·α + 2·(p'−1)/p'·m·β; when P is not a
@@ -29,7 +32,7 @@ Beyond one node, `INTERCONNECTS` holds α and β of common networks (typical val
 """
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -43,10 +46,26 @@ from mpinet.study.experiments import hidden_sizes
 
 
 @dataclass(frozen=True)
+class Timed:
+    """An operation's seconds as measured at growing sizes: read between them on log-log axes, and
+    past the largest as its time per byte."""
+
+    nbytes: tuple[float, ...]
+    seconds: tuple[float, ...]
+
+    def at(self, nbytes: float) -> float:
+        if nbytes >= self.nbytes[-1]:
+            return self.seconds[-1] * nbytes / self.nbytes[-1]
+        return float(np.exp(np.interp(np.log(max(nbytes, 1.0)), np.log(self.nbytes), np.log(self.seconds))))
+
+
+@dataclass(frozen=True)
 class Link:
     alpha: float  # seconds per message
     beta: float  # seconds per byte
     source: str = ""
+    # MPI_Allreduce as timed at these rank counts (commbench); the formula prices the others
+    allreduce_at: dict[int, Timed] = field(default_factory=dict, hash=False, compare=False)
 
     def message(self, nbytes: float) -> float:
         return self.alpha + self.beta * nbytes
@@ -110,7 +129,37 @@ def _with_table_columns(runs: pd.DataFrame) -> pd.DataFrame:
     return runs if "trained_samples" in runs else runs.assign(trained_samples=runs["train_samples"])
 
 
+def measured_link(bench: pd.DataFrame, source: str = "ping-pong here") -> Link:
+    """The link a commbench.csv measured: α and β of its ping-pong, and its Allreduce at every rank
+    count it timed (a table from before 0.9.0 timed it at one count; one with neither column, none)."""
+    link = Link(float(bench["alpha_s"].iloc[0]), float(bench["beta_s_per_byte"].iloc[0]), source)
+    if not {"allreduce_s", "ranks", "bytes"} <= set(bench):
+        return link
+    timed = {}
+    for ranks, rows in bench.sort_values("bytes").groupby("ranks"):
+        rows = rows[rows["allreduce_s"] > 0]
+        if len(rows) >= 2:
+            timed[int(ranks)] = Timed(tuple(rows["bytes"].astype(float)), tuple(rows["allreduce_s"].astype(float)))
+    return replace(link, allreduce_at=timed)
+
+
 def allreduce_seconds(ranks: int, nbytes: float, itemsize: int, link: Link) -> float:
+    """One MPI_Allreduce of nbytes over `ranks` ranks: as timed at that count where the link holds
+    a timing; elsewhere MPICH's algorithm priced by α and β, times what the timing at the nearest
+    count below (or above) cost beyond that price. Ranks on one node share its memory system, which
+    the ping-pong's α and β do not see (on a 16-core node, 6x at 16 ranks)."""
+    formula = _mpich_allreduce(ranks, nbytes, itemsize, link)
+    if ranks < 2 or not link.allreduce_at:
+        return formula
+    if ranks in link.allreduce_at:
+        return link.allreduce_at[ranks].at(nbytes)
+    below = [k for k in link.allreduce_at if k < ranks]
+    k = max(below) if below else min(link.allreduce_at)
+    priced = _mpich_allreduce(k, nbytes, itemsize, link)
+    return formula * link.allreduce_at[k].at(nbytes) / priced if priced > 0 else formula
+
+
+def _mpich_allreduce(ranks: int, nbytes: float, itemsize: int, link: Link) -> float:
     """One MPI_Allreduce of nbytes over `ranks` ranks, with MPICH's algorithm for that size."""
     if ranks < 2:
         return 0.0

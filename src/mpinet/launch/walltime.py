@@ -133,7 +133,7 @@ def calibration(study_dir: Path) -> tuple[pd.DataFrame | None, costmodel.Link | 
     try:
         runs = pd.read_csv(runs_csv)
         bench = pd.read_csv(bench_csv)
-        link = costmodel.Link(float(bench["alpha_s"].iloc[0]), float(bench["beta_s_per_byte"].iloc[0]), "ping-pong")
+        link = costmodel.measured_link(bench, "ping-pong")
     except (OSError, ValueError, KeyError, IndexError, pd.errors.EmptyDataError):
         return None, None
     return runs, link
