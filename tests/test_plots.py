@@ -119,7 +119,7 @@ def test_the_scaling_figure_draws_the_cost_models_lines_to_32_ranks(small_run, t
     runs = pd.read_csv(m / "runs.csv")
     model = predict(runs, {"measured here": Link(2e-6, 3e-10)}, range(1, 33))
     texts = scaling(runs, "small", tmp_path / "s.png", model=model)
-    drawn = texts["lines"]["model: Allreduce (alpha, beta measured here)"]
+    drawn = texts["lines"]["model: Allreduce (MPI timed here)"]
     expected = model[model["algorithm"] == "allreduce"].sort_values("ranks")
     assert [x for x, _ in drawn] == list(range(1, 33))
     assert [y for _, y in drawn] == pytest.approx(expected["speedup"].tolist())

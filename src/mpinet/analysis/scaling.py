@@ -223,7 +223,7 @@ def _model_lines(axes, model: pd.DataFrame, measures: tuple[str, ...]) -> None:
                     lw=1,
                     color=DESIGNS[algorithm].color,
                     alpha=0.6,
-                    label=f"model: {DESIGNS[algorithm].name} (alpha, beta measured here)" if i == 0 else None,
+                    label=f"model: {DESIGNS[algorithm].name} (MPI timed here)" if i == 0 else None,
                 )
 
 
