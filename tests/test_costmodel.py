@@ -15,6 +15,7 @@ from mpinet.analysis.costmodel import (
     Work,
     allgather_seconds,
     allreduce_seconds,
+    contention,
     epoch_seconds,
     first_layer_share,
     fit_compute,
@@ -86,24 +87,56 @@ def test_an_allreduce_timed_at_a_rank_count_is_taken_as_timed_and_scales_the_for
     assert allreduce_seconds(1, 1 << 20, 4, measured) == 0.0
 
 
+def test_ranks_sharing_a_memory_system_slow_the_streaming_share_of_a_step_by_the_copy_rate_they_lose():
+    """contention: the share of a 1-rank step that streams memory (rows four passes, the first layer
+    three, at the 1-rank copy rate) slows by each rank's drop in copy rate with P ranks copying at
+    once; interpolated between timed counts, held past the largest (more nodes like that one)."""
+    from mpinet.engine.grid import ROW_PASSES, WEIGHT_PASSES
+
+    sizes, b = (1000, 50, 10, 3), 8
+    streamed = (ROW_PASSES * b * 1000 + WEIGHT_PASSES * 1000 * 50) * 4
+    step = 2 * streamed / 10e9  # half the step streams at the 1-rank rate
+    work = Work(800, b, step / b, sizes, 4)
+    link = Link(1e-6, 1e-9, stream_at={1: 10e9, 2: 8e9, 4: 5e9})
+    assert contention(1, work, link) == 1.0 and contention(4, work, Link(1e-6, 1e-9)) == 1.0
+    assert contention(2, work, link) == pytest.approx(0.5 + 0.5 * 10 / 8)
+    assert contention(3, work, link) == pytest.approx(0.5 + 0.5 * 10 / 6.5)
+    assert contention(8, work, link) == contention(4, work, link)  # more nodes like the benchmark's
+    slow = Work(800, b, 100 * step / b, sizes, 4)  # a compute-bound step barely notices
+    assert 1 < contention(4, slow, link) < 1.01
+    fast = Work(800, b, step / b / 10, sizes, 4)  # a share above 1 counts as all of the step
+    assert contention(2, fast, link) == pytest.approx(10 / 8)
+    plain = Link(1e-6, 1e-9)
+    slowed = Work(800, b, step / b * contention(2, work, link), sizes, 4)
+    assert epoch_seconds("allreduce", 2, work, link) == pytest.approx(epoch_seconds("allreduce", 2, slowed, plain))
+    assert epoch_seconds("serial", 1, work, link) == epoch_seconds("serial", 1, work, plain)
+
+
 def test_the_measured_link_reads_every_rank_count_commbench_timed_and_older_tables():
     rows = [
-        {"bytes": b, "one_way_s": 1e-6 + b * 1e-10, "allreduce_s": k * (2e-6 + b * 1e-10), "ranks": k}
+        {
+            "bytes": b,
+            "one_way_s": 1e-6 + b * 1e-10,
+            "allreduce_s": k * (2e-6 + b * 1e-10),
+            "ranks": k,
+            "stream_s": k * b * 1e-10,
+        }
         for b in (8, 1024, 1 << 16, 1 << 20)
-        for k in (2, 3)
+        for k in (1, 2, 3)
     ]
     bench = pd.DataFrame(rows).assign(alpha_s=1e-6, beta_s_per_byte=1e-10, library="MPICH Version: 5")
     link = measured_link(bench)
     assert (link.alpha, link.beta) == (1e-6, 1e-10) and sorted(link.allreduce_at) == [2, 3]
+    assert link.stream_at == pytest.approx({1: 2e10, 2: 1e10, 3: 2e10 / 3})  # read + write of the largest
     assert allreduce_seconds(3, 1 << 16, 4, link) == pytest.approx(3 * (2e-6 + (1 << 16) * 1e-10))
     older = bench[bench["ranks"] == 3]  # before 0.9.0: the Allreduce at all ranks only
-    assert sorted(measured_link(older).allreduce_at) == [3]
+    assert sorted(measured_link(older).allreduce_at) == [3] and measured_link(older).stream_at == {}
     bare = bench[["alpha_s", "beta_s_per_byte"]]
     assert measured_link(bare).allreduce_at == {} and measured_link(bare).alpha == 1e-6
 
 
 @pytest.mark.mpi
-def test_commbench_times_the_allreduce_at_every_count_and_the_model_reads_it(tmp_path):
+def test_commbench_times_the_allreduce_and_the_copy_at_every_count_and_the_model_reads_them(tmp_path):
     import subprocess
     import sys
 
@@ -115,10 +148,11 @@ def test_commbench_times_the_allreduce_at_every_count_and_the_model_reads_it(tmp
     cmd = [*mpiexec_argv(3), sys.executable, "-m", "mpi4py", "-m", "mpinet.commbench"]
     subprocess.run([*cmd, "--max-bytes", str(1 << 18), "--out", str(out)], check=True, env=env(), timeout=120)
     bench = pd.read_csv(out)
-    assert bench.groupby("bytes")["ranks"].apply(sorted).map(tuple).unique().tolist() == [(2, 3)]
+    assert bench.groupby("bytes")["ranks"].apply(sorted).map(tuple).unique().tolist() == [(1, 2, 3)]
     assert (bench.groupby("bytes")["one_way_s"].nunique() == 1).all()  # one ping-pong per size
-    assert (bench["allreduce_s"] > 0).all() and bench["bytes"].max() == 1 << 18
-    assert sorted(measured_link(bench).allreduce_at) == [2, 3]
+    assert (bench[["allreduce_s", "stream_s"]] > 0).all().all() and bench["bytes"].max() == 1 << 18
+    link = measured_link(bench)
+    assert sorted(link.allreduce_at) == [2, 3] and sorted(link.stream_at) == [1, 2, 3]
 
 
 def test_allreduce_follows_mpichs_algorithm_choice():

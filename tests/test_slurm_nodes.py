@@ -37,7 +37,7 @@ from test_slurm import (
 from test_slurm import LONG as SINGLE_NODE_LONG
 from test_workflow import SNAKEMAKE, copy_env, copy_repo, planned, write_config
 
-from mpinet.commbench import allreduce_counts
+from mpinet.commbench import rank_counts
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 
@@ -161,10 +161,10 @@ def test_the_microbenchmark_spans_the_studys_nodes(spread_run):
     assert len(bench) == 1 and bench["comment"].iloc[0].startswith(f"rule_train-mpi-t1-n{NODES}_")
     assert bench["nnodes"].iloc[0] == str(NODES)
     # on the study's largest rank count (mpinet's get_bench_ranks), across its widest experiment's nodes
-    # (the Allreduce also on 2, 4, ... of them: mpinet.commbench.allreduce_counts)
+    # (the Allreduce and the copy also on 1, 2, 4, ... of them: mpinet.commbench.rank_counts)
     widest = max(e["ranks"] for e in SPREAD)
     ranks = set(pd.read_csv(wd / "results/test/metrics/commbench.csv")["ranks"])
-    assert max(ranks) == widest and ranks == set(allreduce_counts(widest))
+    assert max(ranks) == widest and ranks == set(rank_counts(widest))
 
 
 def test_more_nodes_than_the_partition_has_are_refused_before_submission(tmp_path):

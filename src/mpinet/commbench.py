@@ -1,6 +1,6 @@
-"""The MPI microbenchmark behind the cost model: a ping-pong and an Allreduce (on 2, 4, ... and all
-ranks) at growing message sizes, on MPI.COMM_WORLD, beside mpinet.engine.comm (the two modules
-that call MPI).
+"""The microbenchmark behind the cost model: a ping-pong, and an Allreduce and a memory copy on 1,
+2, 4, ... and all ranks at once, at growing message sizes, on MPI.COMM_WORLD; beside
+mpinet.engine.comm (the two modules that call MPI).
 
 Run under the launcher with 2+ ranks: mpiexec -n 2 python -m mpi4py -m mpinet.commbench --max-bytes N --out F
 """
@@ -18,33 +18,36 @@ from mpinet.analysis.costmodel import fit_link
 
 def bench(comm, max_bytes: int, repeats: int = 20) -> pd.DataFrame:
     """Ping-pong between the first and the last rank (one-way seconds = half the round trip, median
-    of `repeats`) for message sizes from 8 bytes up to max_bytes, and MPI_Allreduce over the first k
-    ranks at each of allreduce_counts (the same ping-pong beside each). The last rank, not rank 1:
-    srun places ranks block-wise, so on several nodes the first and the last are on different nodes
-    and the ping-pong measures the link between nodes. The Allreduce is timed at every count because
-    ranks that share a node share its memory system, which a ping-pong does not see."""
+    of `repeats`) for message sizes from 8 bytes up to max_bytes, and, on the first k ranks at each
+    of rank_counts at once, an MPI_Allreduce and a copy of that many bytes (the same ping-pong beside
+    each). The last rank, not rank 1: srun places ranks block-wise, so on several nodes the first
+    and the last are on different nodes and the ping-pong measures the link between nodes. The
+    Allreduce and the copy are timed at every count because ranks that share a node share its
+    memory system, which a ping-pong does not see."""
     from mpi4py import MPI
 
     sizes = [8 << k for k in range(0, 40) if 8 << k <= max_bytes] + [max_bytes]
-    counts = allreduce_counts(comm.size)
+    counts = rank_counts(comm.size)
     subs = {k: comm.Split(0 if comm.rank < k else MPI.UNDEFINED, comm.rank) for k in counts}
     rows = []
     for size in sorted(set(sizes)):
-        buf = np.zeros(size // 8, dtype=np.float64)
+        buf, copy = np.zeros(size // 8, dtype=np.float64), np.ones(size // 8, dtype=np.float64)
         ping = _median(comm, repeats, partial(_ping_pong, comm, buf)) / 2  # one way: half the round trip
         for k, sub in subs.items():
-            reduce = partial(sub.Allreduce, MPI.IN_PLACE, buf, op=MPI.SUM) if sub != MPI.COMM_NULL else None
-            seconds = _median(comm, repeats, reduce)
-            rows.append({"bytes": size, "one_way_s": ping, "allreduce_s": seconds, "ranks": k})
+            inside = sub != MPI.COMM_NULL
+            reduce = partial(sub.Allreduce, MPI.IN_PLACE, buf, op=MPI.SUM) if inside else None
+            row = {"bytes": size, "one_way_s": ping, "allreduce_s": _median(comm, repeats, reduce), "ranks": k}
+            row["stream_s"] = _median(comm, repeats, partial(np.copyto, copy, buf) if inside else None)
+            rows.append(row)
     for sub in subs.values():
         if sub != MPI.COMM_NULL:
             sub.Free()
     return pd.DataFrame(rows)
 
 
-def allreduce_counts(size: int) -> list[int]:
-    """The rank counts the Allreduce is timed at: the powers of two below size, and size."""
-    return sorted({*(1 << k for k in range(1, size.bit_length()) if 1 << k < size), size})
+def rank_counts(size: int) -> list[int]:
+    """The rank counts the Allreduce and the copy are timed at: 1, 2, 4, ... below size, and size."""
+    return sorted({*(1 << k for k in range(size.bit_length()) if 1 << k < size), size})
 
 
 def _ping_pong(comm, buf) -> None:

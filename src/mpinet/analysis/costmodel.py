@@ -25,7 +25,11 @@ ranks each apply the first layer's update for the whole global batch, `sharded`'
 first layer for their 1/P of its units and the rest of the net on the whole global batch, and
 `grid`'s as `sharded` in a group of S with the groups' gradients reduced as `allreduce`'s. `node`
 computes as `allreduce` and reduces through shared memory (node_step_seconds): priced as one
-node's, whatever the link; what its ranks share (one memory system) the model does not see.
+node's, whatever the link.
+
+Ranks on one node share its memory system, so on P ranks every design's compute slows by what the
+share of a step that streams memory loses (contention): commbench times a copy on 1, 2, 4, ... ranks
+at once, and that share is the 1-rank step's rows and first-layer passes at the 1-rank copy rate.
 
 Beyond one node, `INTERCONNECTS` holds α and β of common networks (typical values, see each
 `source`); predictions with them keep the compute measured here.
@@ -39,7 +43,7 @@ import pandas as pd
 
 from mpinet import MpinetError
 from mpinet.engine.designs import AUTO, possible
-from mpinet.engine.grid import grid_shape
+from mpinet.engine.grid import ROW_PASSES, WEIGHT_PASSES, grid_shape
 from mpinet.engine.model import Net
 from mpinet.engine.options import ALGORITHMS, COMPUTE_OPTIONS, data_ranks
 from mpinet.study.experiments import hidden_sizes
@@ -61,11 +65,17 @@ class Timed:
 
 @dataclass(frozen=True)
 class Link:
+    """How ranks exchange bytes: α and β of one message; where commbench measured them, the
+    Allreduce at each rank count, and each rank's copy rate with that many ranks copying at once
+    (a node's ranks share its memory system: the compute they do slows too)."""
+
     alpha: float  # seconds per message
     beta: float  # seconds per byte
     source: str = ""
     # MPI_Allreduce as timed at these rank counts (commbench); the formula prices the others
     allreduce_at: dict[int, Timed] = field(default_factory=dict, hash=False, compare=False)
+    # bytes per second each rank streams (read + write) with k ranks copying at once
+    stream_at: dict[int, float] = field(default_factory=dict, hash=False, compare=False)
 
     def message(self, nbytes: float) -> float:
         return self.alpha + self.beta * nbytes
@@ -135,12 +145,33 @@ def measured_link(bench: pd.DataFrame, source: str = "ping-pong here") -> Link:
     link = Link(float(bench["alpha_s"].iloc[0]), float(bench["beta_s_per_byte"].iloc[0]), source)
     if not {"allreduce_s", "ranks", "bytes"} <= set(bench):
         return link
-    timed = {}
+    timed, stream = {}, {}
     for ranks, rows in bench.sort_values("bytes").groupby("ranks"):
-        rows = rows[rows["allreduce_s"] > 0]
-        if len(rows) >= 2:
-            timed[int(ranks)] = Timed(tuple(rows["bytes"].astype(float)), tuple(rows["allreduce_s"].astype(float)))
-    return replace(link, allreduce_at=timed)
+        reduced = rows[rows["allreduce_s"] > 0]
+        if ranks >= 2 and len(reduced) >= 2:
+            timed[int(ranks)] = Timed(tuple(reduced["bytes"] * 1.0), tuple(reduced["allreduce_s"] * 1.0))
+        largest = rows.iloc[-1]  # the copy's rate from the largest buffer: past the caches
+        if "stream_s" in rows and largest["stream_s"] > 0:
+            stream[int(ranks)] = 2 * float(largest["bytes"]) / float(largest["stream_s"])
+    return replace(link, allreduce_at=timed, stream_at=stream if 1 in stream else {})
+
+
+def contention(ranks: int, work: "Work", link: Link) -> float:
+    """How much slower a rank computes with `ranks` ranks at once than alone: the share of a 1-rank
+    step that streams memory (its rows and first-layer passes, mpinet.engine.grid's counts, at the
+    1-rank copy rate; at most all of it) slows by the drop of each rank's copy rate. Between timed
+    counts the rate is interpolated; past the largest it stays (more ranks than the benchmark had
+    are more nodes like its own, as the link's α and β are). No copy timings (a preset link, an
+    older commbench.csv): 1."""
+    if ranks < 2 or not link.stream_at:
+        return 1.0
+    counts = sorted(link.stream_at)
+    alone = link.stream_at[1]
+    rate = float(np.interp(ranks, counts, [link.stream_at[k] for k in counts]))  # held past the ends
+    n_in, units = work.sizes[0], work.sizes[1]
+    streamed = (ROW_PASSES * work.batch_size * n_in + WEIGHT_PASSES * n_in * units) * work.itemsize
+    share = min(1.0, streamed / alone / (work.per_sample_s * work.batch_size))
+    return 1 - share + share * alone / rate
 
 
 def allreduce_seconds(ranks: int, nbytes: float, itemsize: int, link: Link) -> float:
@@ -223,6 +254,7 @@ def epoch_seconds(algorithm: str, ranks: int, work: Work, link: Link, sync_every
     """Predicted seconds of one epoch (compute + communication) of one design on `ranks` ranks."""
     if algorithm == AUTO:  # the engine times its candidates and trains with the fastest
         return min(epoch_seconds(d, ranks, work, link) for d in possible(AUTO, ranks))
+    work = replace(work, per_sample_s=work.per_sample_s * contention(ranks, work, link))
     samples, batch_size, per_sample_s, sizes, itemsize = (
         work.samples,
         work.batch_size,
