@@ -116,7 +116,7 @@ rule commbench:
     resources:
         mpi=get_mpi_launcher,
         tasks=get_bench_ranks,
-        # seconds of ping-pong even across nodes; minutes on SLURM, added to its pool's time limit
+        # seconds of timings even across nodes; minutes on SLURM, added to its pool's time limit
         runtime=5,
         # as many nodes as the widest experiment, so its ping-pong crosses the link those runs use
         nodes=GRID.widest(),
