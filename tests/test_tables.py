@@ -123,6 +123,16 @@ def test_missing_values_are_refused_naming_row_and_column_or_dropped_and_counted
     assert _learns(tmp_path / "out") > 0.8
 
 
+def test_a_class_whose_every_row_has_a_missing_value_is_refused_by_name(tmp_path):
+    lines = ["a,b,label\n"] + [f"{i},{i % 5},{'x' if i % 2 else 'y'}\n" for i in range(20)]
+    lines += [f"{i},?,z\n" for i in range(6)]
+    path = tmp_path / "gone.csv"
+    path.write_text("".join(lines))
+    with pytest.raises(MpinetError, match=r"gone\.csv: every training row of class 'z' has a missing value"):
+        prepare_table(path, tmp_path / "out", {"missing": "drop_rows"})
+    assert not (tmp_path / "out").exists()
+
+
 def test_openml_arff_with_a_nominal_class(tmp_path):
     head = "% from OpenML\n@relation 'samples'\n@attribute a numeric\n@attribute 'b b' real\n"
     head += "@attribute c numeric\n@attribute d integer\n@attribute class {benign,malign,unsure}\n\n@data\n"

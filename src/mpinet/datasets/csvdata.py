@@ -127,6 +127,10 @@ def prepare_table(
         raise MpinetError(f"{path}: only one class ({classes[0]!r}) in the label column; need at least 2")
     y = np.array([classes.index(lab) for lab in labels], dtype=np.int64)
     train_idx, test_idx = _split(path, x, y, (test_fraction, seed), decided["rows_dropped_missing"])
+    if lost := [c for i, c in enumerate(classes) if not (y[train_idx] == i).any()]:
+        raise MpinetError(
+            f"{path}: every training row of class {lost[0]!r} has a missing value; nothing to learn it from"
+        )
     mean = x[train_idx].mean(axis=0)
     std = x[train_idx].std(axis=0)
     std[std == 0] = 1.0  # a constant feature carries no information; leave it at zero
