@@ -107,6 +107,8 @@ def write_lock(fp: CodeFingerprint, recorded: str | None, kept: bool, what: str)
     fingerprint = recorded if kept else code
     path = fp.root / fp.lock
     doc = json.loads(path.read_text())
+    if doc["entries"].get(code, {}).get("fingerprint") == fingerprint:
+        return fingerprint  # already entered: its release and date stay those of its first lock
     entry = {"fingerprint": fingerprint, "what": what, "mpinet": __version__, "locked": str(date.today())}
     doc["entries"][code] = entry
     path.write_text(json.dumps(doc, indent=1) + "\n")
