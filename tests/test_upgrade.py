@@ -13,7 +13,8 @@ reruns them once) and says so in CHANGELOG.md.
 0.7.0 reruns, once, the preparation of image datasets (their pixels are stored as uint8 now) and the
 runs on them; tables (the bundled Iris and a study's local copy of it) keep their data and every run.
 0.9.0 retrains nothing: its runs name the engine that timed them, and the old runs are one engine
-(`mpinet 0.8.0`) whose speedups stay; only an experiment added later mixes, and says so.
+(`mpinet 0.8.0`) whose speedups stay; only an experiment added later mixes, and says so (that upgrade
+was checked here with RELEASED at 0.8.0's commit, f660866).
 """
 
 import io
@@ -28,7 +29,7 @@ from mpinet.layout import RECORD_FILE, RUNS_ROOT
 
 pytestmark = pytest.mark.workflow
 
-RELEASED = "f66086670a85941e370aa8c03fab9ecc6dbb6207"  # 0.8.0 (tag v0.8.0)
+RELEASED = "dc3f814b8e089b2f28429b4bf2ff06b121487e13"  # 0.9.0 (tag v0.9.0)
 RERUN_FROM = "765b39d619a6833f10d0787420a25b12e9675f55"  # 0.6.0 (tag v0.6.0)
 # what upgrading from RERUN_FROM reruns besides the runs on those datasets: the synthetic images'
 # preparation, never a fetch, never a table
