@@ -94,12 +94,12 @@ def _table_rows(rng) -> list[tuple]:
 def _tables(d: Path, rng) -> None:
     """Text tables laid out as published (Parquet is left out: its bytes name the writer's version)."""
     rows = _table_rows(rng)
-    (d / "wdbc.data").write_text("".join(f"{842300 + 17 * i},{c},{a},{b},{e},{f}\n" for i, (c, a, b, e, f) in enumerate(rows)))
+    uci = (f"{842300 + 17 * i},{c},{a},{b},{e},{f}\n" for i, (c, a, b, e, f) in enumerate(rows))
+    (d / "wdbc.data").write_text("".join(uci))
     cells = [[str(v).replace(".", ",") for v in r[1:]] for r in rows]
     cells[3][2] = "?"
-    (d / "export.csv").write_text(
-        "id;a;b;class;c;d\n" + "".join(f"{i};{';'.join(v[:2])};{r[0]};{';'.join(v[2:])}\n" for i, (r, v) in enumerate(zip(rows, cells)))
-    )
+    export = (f"{i};{';'.join(v[:2])};{r[0]};{';'.join(v[2:])}\n" for i, (r, v) in enumerate(zip(rows, cells)))
+    (d / "export.csv").write_text("id;a;b;class;c;d\n" + "".join(export))
     (d / "years.tsv").write_text(
         "name\t1990\tclass\t1991\t1992\t1993\n"
         + "".join(f'"s\t{i}"\t{a}\t{c}\t{b}\t{e}\t{f}\n' for i, (c, a, b, e, f) in enumerate(rows))
