@@ -70,7 +70,7 @@ def _image_tree(rng, splits) -> dict[str, bytes]:
 
 def _sources(d: Path) -> None:
     """iris.csv, a tar.gz with train, test and pred folders, a zip with a training folder only, and
-    text tables as repositories publish them."""
+    tables as repositories publish them (_tables)."""
     rng = np.random.default_rng(7)
     (d / "iris.csv").write_bytes(IRIS.read_bytes())
     tree = _image_tree(rng, [("train", 6), ("test", 2)])
@@ -94,7 +94,7 @@ def _table_rows(rng) -> list[tuple]:
 
 
 def _tables(d: Path, rng) -> None:
-    """Tables laid out as published: text in five layouts, ARFF and Parquet."""
+    """Tables laid out as published: delimited text in four layouts, ARFF and Parquet."""
     rows = _table_rows(rng)
     uci = (f"{842300 + 17 * i},{c},{a},{b},{e},{f}\n" for i, (c, a, b, e, f) in enumerate(rows))
     (d / "wdbc.data").write_text("".join(uci))
@@ -135,9 +135,10 @@ def produced(tmp_path: Path) -> tuple[dict, dict]:
     for name, (source, fmt, options) in CASES.items():
         raw, out = tmp_path / "raw" / name, tmp_path / "data" / name
         fetch(str(tmp_path / source), raw)
-        fetched[name] = _tree_hash(raw)
         if source.endswith(".parquet"):  # its bytes name the pyarrow that wrote them: only the copy is checked
             fetched[name] = "unchanged" if (raw / source).read_bytes() == (tmp_path / source).read_bytes() else "moved"
+        else:
+            fetched[name] = _tree_hash(raw)
         prepare_dataset(raw, out, fmt, {**DEFAULTS, **options}, source=source, workers=1)
         summary = json.loads((out / "summary.json").read_text())
         prepared[name] = {k: v for k, v in summary.items() if k not in PATH_KEYS}
