@@ -135,7 +135,11 @@ def test_the_report_front_page_opens_with_the_best_isolated_speedups(epochs, tmp
     rows = page.split("   * - ")[2:]
     allreduce = next(r for r in rows if "- allreduce" in r)
     assert "- 1.60" in allreduce  # seed 2's 3.0 was not timed alone: the seed-1 speedup is the headline
-    assert "- 2.00" in next(r for r in rows if "- paramserver" in r)
+    assert "- batch per rank fixed" in allreduce and "- 8.00" not in allreduce  # its base: serial at batch 4
+    assert "- 20000" in allreduce  # the base's time: 2.0 s an epoch over 100 samples, 20,000 µs a sample
+    # 3 ranks on 2 cores: its 2.00 is left out of the headline, and the page says why
+    assert not any("- paramserver" in r for r in rows)
+    assert "more ranks than cores (1)" in page and "not timed alone (1)" in page
 
 
 def test_a_speedup_divides_two_timings_of_one_engine_and_a_mix_is_named(epochs, tmp_path):

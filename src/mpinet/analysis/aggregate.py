@@ -9,17 +9,15 @@ import pandas as pd
 
 from mpinet import MpinetError
 from mpinet.analysis.accounting import accounting_table
+from mpinet.analysis.baselines import add_bases, base_keys, baseline_key, contention, serial_runs, speedup_notes
 from mpinet.analysis.environment import environment_table
 from mpinet.analysis.references import evaluate
 from mpinet.analysis.summary import headline_rst
 from mpinet.engine.loop import METRIC_COLUMNS
-from mpinet.engine.options import COMPUTE_OPTIONS
 from mpinet.layout import METRICS_FILE, RECORD_FILE
 from mpinet.study.experiments import COLUMNS, LAUNCH
 
 PARAMS = ["dataset", *COLUMNS]
-# A run's serial baseline: same data, every option that decides compute time, same seed.
-BASELINE_KEYS = ["dataset", *COMPUTE_OPTIONS, "seed"]
 
 
 def load_epochs(runs: list[dict]) -> pd.DataFrame:
@@ -104,20 +102,10 @@ def read_run(d: Path, epochs: int) -> tuple[pd.DataFrame, dict]:
 
 
 def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame:
-    """One row per run: accuracy, timings, communication share, throughput, speedup and efficiency."""
+    """One row per run: accuracy, timings, communication share, throughput, both axes' speedups
+    (mpinet.analysis.baselines) with their intervals, contention and which speedups a headline may quote."""
     rows = [run_row(run_dir, g, target_accuracy) for run_dir, g in epochs.groupby("run_dir", sort=False)]
-    runs = pd.DataFrame(rows)
-    weak = runs["samples_per_rank"] > 0
-    # a speedup divides two timings of one engine: the baseline is a serial run timed by this run's
-    runs["_baseline"] = baseline_key(runs) + "|" + runs["timed_by"].astype(str)
-    serial = runs[(runs["algorithm"] == "serial") & (runs["ranks"] == 1)]
-    g = serial.groupby("_baseline")
-    base = pd.DataFrame({"serial_epoch_s": g["median_epoch_s"].mean(), "serial_isolated": g["isolated"].all()})
-    runs = runs.merge(base, left_on="_baseline", right_index=True, how="left")
-    ratio = runs["serial_epoch_s"] / runs["median_epoch_s"]
-    runs["speedup"] = ratio.where(~weak)
-    # weak scaling: epoch time of 1 rank with K samples / epoch time of P ranks with P·K samples
-    runs["weak_efficiency"] = ratio.where(weak)
+    runs = add_bases(pd.DataFrame(rows))  # a speedup divides two timings of one engine (the keys say so)
     runs["timing_mixed"] = mixed_engines(runs)
     # spread between separate launches of the same experiment (repeats) timed by one engine: (max - min) / median
     same = [c for c in PARAMS if c != "repeat"] + ["timed_by"]
@@ -128,18 +116,20 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
     # a speedup is only as good as both timings: flag it unless run and baseline ran alone
     runs["speedup_isolated"] = runs["isolated"] & runs["serial_isolated"].fillna(False).astype(bool)
     runs["efficiency"] = runs["speedup"] / runs["ranks"]  # per process started, the server included
+    runs["contention"] = contention(runs["cpu_share"])
+    runs["speedup_note"] = speedup_notes(runs)
     runs["target_accuracy"] = target_accuracy
     # 95 % intervals per experiment, over its launches and their epochs
     runs = add_intervals(runs, timed_epochs(epochs), same)
-    return runs.drop(columns="_baseline")
+    return runs.drop(columns=["_baseline", "_global_baseline", "_best"])
 
 
 def mixed_engines(runs: pd.DataFrame) -> pd.Series:
     """Per run, whether its speedup is left out because its serial baseline was timed only by another
     engine, or it resumed another engine's checkpoint (timed_by joins two), or its experiment's
     launches were timed by several engines."""
-    key = baseline_key(runs)
-    serial = (runs["algorithm"] == "serial") & (runs["ranks"] == 1)
+    key = baseline_key(runs).str.rsplit("|", n=1).str[0]  # the base's key, whichever engine timed it
+    serial = serial_runs(runs)
     baseline_engines = runs[serial].groupby(key[serial])["timed_by"].agg(set)
     other = [
         not is_serial and bool(engines := baseline_engines.get(k)) and engine not in engines
@@ -178,6 +168,8 @@ def run_row(run_dir: str, g: pd.DataFrame, target_accuracy: float) -> dict:
         # each epoch's own percentiles; NaN in runs before 0.5)
         "median_step_s": _median_of(timed, "step_p50_s"),
         "p95_step_s": _median_of(timed, "step_p95_s"),
+        # the slowest rank's share of a core while training (NaN in runs before 0.10.0: contention unknown)
+        "cpu_share": _median_of(timed, "cpu_share"),
         "median_compute_s": timed["compute_s"].median(),
         "median_comm_s": timed["comm_s"].median(),
         # comm_s split: waiting for the slowest rank, and moving the bytes (NaN in runs before 0.3)
@@ -203,14 +195,6 @@ def _median_of(epochs: pd.DataFrame, column: str) -> float:
     return pd.to_numeric(epochs[column], errors="coerce").median() if column in epochs else np.nan
 
 
-def baseline_key(runs: pd.DataFrame) -> pd.Series:
-    """Which serial runs are each run's baseline: the same data, per-rank batch, model and seed, and
-    the same training set (strong scaling) or the same samples per rank (weak scaling)."""
-    samples = runs["trained_samples"].where(runs["samples_per_rank"] == 0, 0)
-    keys = runs[[*BASELINE_KEYS, "samples_per_rank"]].assign(samples=samples)
-    return keys.astype(str).agg("|".join, axis=1)
-
-
 def timed_epochs(epochs: pd.DataFrame) -> dict[str, np.ndarray]:
     """Each run's epoch times that its statistics use (epoch 1 left out when there are more)."""
     out = {}
@@ -219,35 +203,70 @@ def timed_epochs(epochs: pd.DataFrame) -> dict[str, np.ndarray]:
     return out
 
 
-CI_MEASURES = ("median_epoch_s", "speedup", "efficiency", "weak_efficiency")
+CI_MEASURES = (
+    "median_epoch_s",
+    "speedup",
+    "efficiency",
+    "weak_efficiency",
+    "global_speedup",
+    "global_efficiency",
+    "best_serial_speedup",
+)
 
 
 def add_intervals(runs: pd.DataFrame, timed: dict, group: list[str]) -> pd.DataFrame:
-    """<measure>_ci_low/_ci_high for CI_MEASURES and ci_launches (the launches an interval covers;
-    with 1 it covers only that launch's epochs), per group of runs: a two-level bootstrap
-    (mpinet.analysis.confidence) of the group's launches and of its baseline's, independently."""
+    """<measure>_ci_low/_ci_high for CI_MEASURES, ci_launches (the launches an interval covers; with 1
+    it covers only that launch's epochs) and unsettled, per group of runs: a two-level bootstrap
+    (mpinet.analysis.confidence) of the group's launches and of each base's, independently."""
     from mpinet.analysis.confidence import SEED, bootstrap_medians, interval
 
-    serial = runs[(runs["algorithm"] == "serial") & (runs["ranks"] == 1)]
-    baselines = serial.groupby("_baseline")["run_dir"].agg(list).to_dict()
+    serial = runs[serial_runs(runs)]
+    # serial runs by their own key (a run's base at its batch per rank or at its global batch), and by
+    # the best serial experiment's (any batch and seed)
+    by_key = serial.groupby("_baseline")["run_dir"].agg(list).to_dict()
+    by_experiment = serial.groupby(["_best", "batch_size", "seed"])["run_dir"].agg(list).to_dict()
     values = []
     for _, rows in runs.groupby(group, sort=False, dropna=False):
-        mine = bootstrap_medians([timed[d] for d in rows["run_dir"]], seed=SEED + 1)
-        dirs = [d for key in rows["_baseline"].unique() for d in baselines.get(key, [])]
-        base = bootstrap_medians([timed[d] for d in dirs], seed=SEED) if dirs else np.full(len(mine), np.nan)
-        ratio = base / mine
-        weak = rows["samples_per_rank"].iloc[0] > 0
-        nan = np.full(len(mine), np.nan)
+        launches = [timed[d] for d in rows["run_dir"]]
+        mine = bootstrap_medians(launches, seed=SEED + 1)
+        first = rows.iloc[0]
+        best = (first["_best"], first["best_serial_batch"], first["best_serial_seed"])
+        ratio = _over(timed, by_key.get(first["_baseline"], []), mine)
+        same_updates = _over(timed, by_key.get(first["_global_baseline"], []), mine)
+        weak, p = first["samples_per_rank"] > 0, first["ranks"]
         cis = {
             "median_epoch_s": interval(mine),
-            "speedup": interval(nan if weak else ratio),
-            "efficiency": interval(nan if weak else ratio / rows["ranks"].iloc[0]),
-            "weak_efficiency": interval(ratio if weak else nan),
+            "speedup": interval(ratio * np.nan if weak else ratio),
+            "efficiency": interval(ratio * np.nan if weak else ratio / p),
+            "weak_efficiency": interval(ratio if weak else ratio * np.nan),
+            "global_speedup": interval(same_updates),
+            "global_efficiency": interval(same_updates / p),
+            "best_serial_speedup": interval(_over(timed, by_experiment.get(best, []), mine)),
         }
         row = {f"{m}_ci_{end}": v for m, (lo, hi) in cis.items() for end, v in (("low", lo), ("high", hi))}
-        values += [(i, {**row, "ci_launches": len(rows)}) for i in rows.index]
+        row |= {"ci_launches": len(rows), "unsettled": unsettled(launches)}
+        values += [(i, row) for i in rows.index]
     table = pd.DataFrame([v for _, v in values], index=[i for i, _ in values])
     return runs.join(table)
+
+
+def _over(timed: dict, dirs: list[str], mine: np.ndarray) -> np.ndarray:
+    """A base's bootstrap replicates (its runs' launches and epochs) over a group's (NaN: no base)."""
+    from mpinet.analysis.confidence import SEED, bootstrap_medians
+
+    return bootstrap_medians([timed[d] for d in dirs], seed=SEED) / mine if dirs else mine * np.nan
+
+
+def unsettled(launches: list[np.ndarray]) -> bool:
+    """Whether launches of one experiment disagree beyond their own intervals: two launches whose
+    epoch-only 95 % intervals of the median do not overlap, so the launch, not the epochs, decides
+    the number (more launches, or a quieter machine, settle it)."""
+    from mpinet.analysis.confidence import SEED, bootstrap_medians, interval
+
+    if len(launches) < 2:
+        return False
+    bounds = [interval(bootstrap_medians([t], seed=SEED + 2)) for t in launches if len(t)]
+    return bool(bounds) and max(lo for lo, _ in bounds) > min(hi for _, hi in bounds)
 
 
 def summarize_seeds(runs: pd.DataFrame, epochs: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -263,6 +282,9 @@ def summarize_seeds(runs: pd.DataFrame, epochs: pd.DataFrame | None = None) -> p
         "speedup",
         "efficiency",
         "weak_efficiency",
+        "global_speedup",
+        "global_efficiency",
+        "best_serial_speedup",
         "time_to_target_s",
         "launch_spread",
     ]
@@ -276,10 +298,10 @@ def summarize_seeds(runs: pd.DataFrame, epochs: pd.DataFrame | None = None) -> p
     out = out.reset_index()
     if epochs is None:
         return out
-    per_experiment = [c for c in runs.columns if "_ci_" in c or c == "ci_launches"]
-    runs = runs.drop(columns=per_experiment).assign(_baseline=baseline_key(runs))
+    per_experiment = [c for c in runs.columns if "_ci_" in c or c in ("ci_launches", "unsettled")]
+    runs = base_keys(runs.drop(columns=per_experiment))
     cis = add_intervals(runs, timed_epochs(epochs), keys)
-    columns = [c for c in cis.columns if "_ci_" in c or c == "ci_launches"]
+    columns = [c for c in cis.columns if "_ci_" in c or c in ("ci_launches", "unsettled")]
     return out.merge(cis.drop_duplicates(keys)[keys + columns], on=keys, how="left")
 
 

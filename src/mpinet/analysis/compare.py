@@ -18,6 +18,15 @@ from mpinet.layout import runs_table
 from mpinet.study.experiments import COLUMNS, varying
 
 KEYS = ["dataset", *(c for c in COLUMNS if c != "repeat")]
+# B ÷ A of these runs.csv measures: (measure, column prefix). The speedup is throughput scaling (serial
+# at the same batch per rank as base); the others divide serial at the same global batch, and the best
+# serial run of each side's study.
+RATIOS = (
+    ("speedup", "speedup_ratio"),
+    ("global_speedup", "global_speedup_ratio"),
+    ("best_serial_speedup", "best_serial_ratio"),
+    ("p95_step_s", "tail_ratio"),
+)
 VERDICTS = ("faster", "slower", "no difference detected")
 
 
@@ -66,13 +75,20 @@ def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
             time_ratio_ci_high=time["ratio_ci_high"],
             verdict=_verdict(time),
         )
-        for measure, prefix in (("speedup", "speedup_ratio"), ("p95_step_s", "tail_ratio")):
+        for measure, prefix in RATIOS:
             row.update(_ratio(sides, measure, prefix, compare_launches))
+        for side in "AB":  # each side's base: the serial run the speedup divides, per sample
+            base = sides[side].get("serial_s_per_sample", pd.Series(dtype=float))
+            row[f"base_s_per_sample_{side.lower()}"] = base.median()
         rows.append(row)
     columns = [*KEYS, "experiment", "launches_a", "launches_b", "time_ratio", "time_ratio_ci_low"]
-    columns += ["time_ratio_ci_high", "speedup_ratio", "speedup_ratio_ci_low", "speedup_ratio_ci_high"]
-    columns += ["tail_ratio", "tail_ratio_ci_low", "tail_ratio_ci_high", "verdict"]
-    return pd.DataFrame(rows).reindex(columns=columns)
+    columns += ["time_ratio_ci_high", "base_s_per_sample_a", "base_s_per_sample_b"]
+    columns += [f"{prefix}{end}" for _, prefix in RATIOS for end in ("", "_ci_low", "_ci_high")]
+    if not any(not str(r.get("verdict", "")).startswith("only in") for r in rows):
+        raise MpinetError(
+            "the two result sets have no experiment in common (same dataset and keys); nothing to compare"
+        )
+    return pd.DataFrame(rows).reindex(columns=[*columns, "verdict"])
 
 
 def _ratio(sides: dict, measure: str, prefix: str, compare_launches) -> dict:
@@ -99,7 +115,7 @@ def _names(runs: pd.DataFrame) -> pd.Series:
     base = runs["dataset"] + " " + runs["algorithm"] + " " + ranks
     for c in columns:
         base = base + f" {c}=" + runs[c].astype(str)
-    return base
+    return base + " seed=" + runs["seed"].astype(str)
 
 
 def text_table(table: pd.DataFrame) -> str:
@@ -121,7 +137,9 @@ def text_table(table: pd.DataFrame) -> str:
                 "experiment": r["experiment"],
                 "launches A/B": f"{int(r['launches_a'])}/{int(r['launches_b'])}",
                 "epoch time B/A": ci(r, "time_ratio"),
-                "speedup B/A": ci(r, "speedup_ratio"),
+                "base µs/sample A/B": _base(r),
+                "speedup B/A (same batch/rank)": ci(r, "speedup_ratio"),
+                "over best serial B/A": ci(r, "best_serial_ratio"),
                 "p95 step B/A": ci(r, "tail_ratio"),
                 "verdict": r["verdict"],
             }
@@ -131,6 +149,12 @@ def text_table(table: pd.DataFrame) -> str:
     for _, r in unmatched.iterrows():
         out += f"\n{r['verdict']}: {r['experiment']}"
     return out
+
+
+def _base(r) -> str:
+    """Each side's serial base in microseconds a sample ('-' where a runs.csv predates it)."""
+    a, b = (r.get(f"base_s_per_sample_{s}") for s in "ab")
+    return "-" if pd.isna(a) or pd.isna(b) else f"{1e6 * a:.3g}/{1e6 * b:.3g}"
 
 
 def figure(table: pd.DataFrame, path, title: str) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from mpinet import MpinetError
+from mpinet.analysis.baselines import notes as speedup_notes
 from mpinet.layout import runs_table, study_dir
 from mpinet.study.config import MEASURES, SELECTORS, TOLERANCE, check_entries, matches
 
@@ -28,6 +29,7 @@ COLUMNS_OUT = [
     "ci_high",
     "launches",
     "status",
+    "note",
 ]
 
 
@@ -47,10 +49,13 @@ def evaluate(references: list, runs: pd.DataFrame) -> pd.DataFrame:
         expected, tolerance = float(ref[measure]), float(ref.get("tolerance", TOLERANCE))
         low_band, high_band = expected * (1 - tolerance), expected * (1 + tolerance)
         config_keys = [c for c in SELECTORS if c not in ("seed",)]
-        for _, g in chosen.groupby(config_keys, sort=True, dropna=False):
+        for _, selected in chosen.groupby(config_keys, sort=True, dropna=False):
+            g, note = _clean(selected, measure)
             lo = g[f"{measure}_ci_low"].min() if f"{measure}_ci_low" in g else math.nan
             hi = g[f"{measure}_ci_high"].max() if f"{measure}_ci_high" in g else math.nan
-            if pd.isna(lo) or pd.isna(hi):
+            if note and g.empty:
+                status = "left out"
+            elif pd.isna(lo) or pd.isna(hi):
                 status = "no interval"
             else:
                 status = "breach" if hi < low_band or lo > high_band else "ok"
@@ -58,7 +63,7 @@ def evaluate(references: list, runs: pd.DataFrame) -> pd.DataFrame:
                 {
                     "reference": i,
                     "selects": ", ".join(f"{k}={v}" for k, v in selects.items()),
-                    "configuration": _name(g.iloc[0]),
+                    "configuration": _name(selected.iloc[0]),
                     "measure": measure,
                     "expected": expected,
                     "tolerance": tolerance,
@@ -69,9 +74,24 @@ def evaluate(references: list, runs: pd.DataFrame) -> pd.DataFrame:
                     "ci_high": hi,
                     "launches": len(g),
                     "status": status,
+                    "note": note,
                 }
             )
     return pd.DataFrame(rows, columns=COLUMNS_OUT)
+
+
+def _clean(g: pd.DataFrame, measure: str) -> tuple[pd.DataFrame, str]:
+    """The runs a reference may check: no contended run, and for a speedup or efficiency none that a
+    headline may not quote (runs.csv's speedup_note: mpinet.analysis.baselines); and what was left
+    out and why."""
+    empty = pd.Series("", index=g.index)
+    if measure == "median_epoch_s":
+        notes = g["contention"].where(g["contention"] == "contended", "") if "contention" in g else empty
+    else:
+        notes = speedup_notes(g)
+    keep = notes == ""
+    note = f"{(~keep).sum()} of {len(g)} run(s) left out: {'; '.join(sorted(set(notes[~keep])))}"
+    return g[keep], note if (~keep).any() else ""
 
 
 def _name(run: pd.Series) -> str:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import ScalarFormatter
 
+from mpinet.analysis.baselines import quotable
 from mpinet.analysis.costmodel import COMPUTE_KEYS
 from mpinet.analysis.style import DESIGN_ORDER, DESIGNS, finish, labelled, ranks_text, subplots
 
@@ -20,6 +21,10 @@ ORIGINAL_INTEL = {
 }
 
 
+THROUGHPUT = "throughput scaling: batch per rank fixed, the global batch grows"
+FIXED_GLOBAL = "fixed global batch: the updates of serial at that batch"
+
+
 def scaling(
     runs: pd.DataFrame,
     title: str,
@@ -28,47 +33,86 @@ def scaling(
     model: pd.DataFrame | None = None,
     where: str | None = None,
 ) -> dict:
-    """Strong scaling (speedup and parallel efficiency against the 1-rank serial run on the same
-    data, with the ideal lines), weak scaling when the study sweeps samples_per_rank, and the final
-    accuracy each design reached. Bars: the 95 % bootstrap interval over launches and epochs (the
-    widest over seeds); hollow markers: a run or its baseline was not timed alone;
-    x: more ranks than cores. `model` adds the cost model's lines, `original` the original
+    """Throughput scaling (speedup and parallel efficiency against serial at the same batch per rank,
+    with the ideal lines), the fixed-global-batch speedup when the study has serial runs at its runs'
+    global batches, weak scaling when it sweeps samples_per_rank, and the final accuracy each design
+    reached. Bars: the 95 % bootstrap interval over launches and epochs (the widest over seeds); hollow
+    markers: left out of the headline (runs.csv's speedup_note: not timed alone, contended, superlinear,
+    1 rank); x: more ranks than cores. `model` adds the cost model's lines, `original` the original
     project's Intel numbers, `where` a line under the figure saying on what it ran."""
     table = labelled(runs)
     variants = sorted(table["variant"].unique())
     df = table[table["algorithm"] != "serial"].dropna(subset=["speedup"])
-    if "weak_efficiency" not in table:  # a table without weak-scaling runs
-        table["weak_efficiency"] = np.nan
+    for column in ("weak_efficiency", "global_speedup"):  # tables without weak or fixed-global runs
+        if column not in table:
+            table[column] = np.nan
     weak = table[table["algorithm"] != "serial"].dropna(subset=["weak_efficiency"])
-    n_panels = 4 if len(weak) else 3
-    fig, axes = subplots(1, n_panels, figsize=(5.7 * n_panels, 4.5))
-    _accuracy_panel(axes[-1], table, variants)
+    fixed = table[table["algorithm"] != "serial"].dropna(subset=["global_speedup"])
+    fig, axes, (speed, eff, weak_ax, global_ax, acc) = _panels(bool(len(weak)), bool(len(fixed)))
+    _accuracy_panel(acc, table, variants)
     if df.empty:
-        for ax in axes[:2]:
+        for ax in (speed, eff):
             ax.text(0.5, 0.5, "no speedup to draw:\nthe study has no matching serial run", ha="center", va="center")
     else:
-        _speedup_panels(axes[:2], df, variants)
-    for ax in axes[:2]:
-        ax.set_title("strong scaling: training set and batch per rank fixed", fontsize=9)
+        _speedup_panels((speed, eff), df, variants)
+    for ax in (speed, eff):
+        ax.set_title(THROUGHPUT, fontsize=9)
     ranks = {*runs["ranks"]}
     with_model = model is not None and len(model) > 0
     if with_model:
         scaled = model["scaling"] if "scaling" in model else pd.Series("strong", index=model.index)
-        _model_lines(axes[:2], model[scaled == "strong"], ("speedup", "efficiency"))
-        if len(weak):
-            _model_lines(axes[2:3], model[scaled == "weak"], ("weak_efficiency",))
+        _model_lines((speed, eff), model[scaled == "strong"], ("speedup", "efficiency"))
+        if weak_ax is not None:
+            _model_lines([weak_ax], model[scaled == "weak"], ("weak_efficiency",))
         ranks |= {4, 8, 16, 32}
     if original:
-        _original_markers(axes[0])
+        _original_markers(speed)
         ranks |= set(ORIGINAL_INTEL["Allreduce"])
-    _scaling_axes(fig, axes, sorted(ranks), wide=original or with_model, legend=not df.empty)
-    if len(weak):
-        _weak_panel(axes[2], weak, variants)
-    held = "per-epoch time (the global batch grows with ranks)"
+    shown = [ax for ax in (speed, eff, weak_ax, global_ax, acc) if ax is not None]
+    speeds = [ax for ax in (speed, global_ax) if ax is not None]
+    _scaling_axes(fig, shown, speeds, sorted(ranks), wide=original or with_model, legend=not df.empty)
+    if weak_ax is not None:
+        _weak_panel(weak_ax, weak, variants)
+    if global_ax is not None:
+        _global_panel(global_ax, fixed)
     if where:
         fig.text(0.01, 0.005, f"ran on: {where}", fontsize=7, color="#555555", ha="left", va="bottom")
     # _scaling_axes placed the legends
-    return finish(fig, axes, f"{title}: scaling of the {held}", path, legend=False, bottom=0.05 if where else 0)
+    return finish(
+        fig, shown, f"{title}: scaling of the per-epoch time", path, legend=False, bottom=0.05 if where else 0
+    )
+
+
+def _panels(weak: bool, fixed: bool):
+    """The figure and its panels: speedup, efficiency, weak (or None), fixed global batch (or None),
+    accuracy; one row up to three panels, else two rows (the figure stays under 1,800 px wide)."""
+    n = 3 + weak + fixed
+    cols = n if n <= 3 else math.ceil(n / 2)
+    rows = 1 if n <= 3 else 2
+    fig, grid = subplots(rows, cols, figsize=(5.4 * cols, 4.6 * rows), squeeze=False)
+    flat = list(grid.ravel())
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    speed, eff = flat[0], flat[1]
+    weak_ax = flat[2] if weak else None
+    global_ax = flat[2 + weak] if fixed else None
+    return fig, flat[:n], (speed, eff, weak_ax, global_ax, flat[n - 1])
+
+
+def _global_panel(ax, fixed: pd.DataFrame) -> None:
+    """Speedup over serial at the run's global batch, one line per design and global batch."""
+    fixed = fixed.assign(
+        variant="global batch " + fixed["global_batch"].astype(int).astype(str),
+        global_speedup_lo=fixed.get("global_speedup_ci_low", fixed["global_speedup"]),
+        global_speedup_hi=fixed.get("global_speedup_ci_high", fixed["global_speedup"]),
+    )
+    points = fixed.groupby(["design", "algorithm", "variant", "ranks"], sort=True).agg(
+        mid=("global_speedup", "median"), lo=("global_speedup_lo", "min"), hi=("global_speedup_hi", "max")
+    )
+    _lines_with_bars(ax, points.reset_index(), sorted(fixed["variant"].unique()))
+    ax.set_title(FIXED_GLOBAL, fontsize=9)
+    ax.set_ylabel("speedup over serial at the same global batch")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)
 
 
 def time_split(runs: pd.DataFrame, title: str, path) -> dict:
@@ -172,14 +216,14 @@ def _accuracy_panel(ax, table: pd.DataFrame, variants: list[str]) -> None:
 def _speedup_panels(axes, df: pd.DataFrame, variants: list[str]) -> None:
     """Measured speedup and efficiency: median point, bars at the 95 % interval, markers
     for runs not timed alone (hollow) and for more ranks than cores (x)."""
-    df = _bars(df, "speedup")
+    df = _bars(df, "speedup").assign(_quoted=quotable(df))
     df = df.assign(efficiency_lo=df["speedup_lo"] / df["ranks"], efficiency_hi=df["speedup_hi"] / df["ranks"])
     for ax, y in zip(axes, ("speedup", "efficiency")):
         points = df.groupby(["design", "algorithm", "variant", "ranks"], sort=True).agg(
             mid=(y, "median"),
             lo=(f"{y}_lo", "min"),
             hi=(f"{y}_hi", "max"),
-            isolated=("speedup_isolated", "all"),
+            isolated=("_quoted", "all"),
             over=("oversubscribed", "any"),
         )
         for (design, algorithm, variant), line in points.reset_index().groupby(["design", "algorithm", "variant"]):
@@ -200,8 +244,9 @@ def _speedup_panels(axes, df: pd.DataFrame, variants: list[str]) -> None:
                 ax.plot(part["ranks"], part["mid"], "o", color=color, markerfacecolor=face, ls="none")
             over = line[line["over"]]
             ax.plot(over["ranks"], over["mid"], "x", color="black", markersize=9, ls="none")
-    if not df["speedup_isolated"].all():
-        axes[0].plot([], [], "o", color="grey", markerfacecolor="white", ls="none", label="not timed alone")
+    if not df["_quoted"].all():
+        label = "left out of the headline (speedup_note)"
+        axes[0].plot([], [], "o", color="grey", markerfacecolor="white", ls="none", label=label)
     if df["oversubscribed"].any():
         axes[0].plot([], [], "x", color="black", ls="none", label="more ranks than cores")
 
@@ -241,27 +286,28 @@ def _original_markers(ax) -> None:
         )
 
 
-def _scaling_axes(fig, axes, ranks: list[int], wide: bool, legend: bool) -> None:
-    """Ideal lines, labels, rank ticks and legends; wide (up to 32 ranks): log axes, legends below."""
+def _scaling_axes(fig, axes, speeds, ranks: list[int], wide: bool, legend: bool) -> None:
+    """Ideal lines, labels, rank ticks and legends; `speeds` are the speedup panels (ideal y = x), the
+    panels between the first and the last the efficiencies (ideal 1); wide (up to 32 ranks): log
+    axes, legends below."""
     if wide:
         for ax in axes:  # 1 to 32 processes: log axes keep the small rank counts readable
             ax.set_xscale("log", base=2)
-        axes[0].set_yscale("log", base=2)
-        axes[0].yaxis.set_major_formatter(ScalarFormatter())
-    axes[0].plot(ranks, ranks, ls="--", color="grey", label="ideal")
-    for ax in axes[1:-1]:  # efficiencies, strong and weak
-        ax.axhline(1.0, ls="--", color="grey", label="ideal")
-    axes[0].set_ylabel("speedup over serial (median epoch time)")
+        for ax in speeds:
+            ax.set_yscale("log", base=2)
+            ax.yaxis.set_major_formatter(ScalarFormatter())
+    for ax in speeds:
+        ax.plot(ranks, ranks, ls="--", color="grey", label="ideal")
+    for ax in axes[1:-1]:
+        if ax not in speeds:  # efficiencies, throughput and weak
+            ax.axhline(1.0, ls="--", color="grey", label="ideal")
+    axes[0].set_ylabel("speedup over serial at the same batch per rank")
     axes[1].set_ylabel("parallel efficiency (speedup / processes)")
     # on log axes, ticks closer than 15 % would collide
     ticks = [r for i, r in enumerate(ranks) if not wide or i == 0 or math.log2(r / ranks[i - 1]) > 0.2]
-    if wide and legend:
-        fig.set_figheight(7)
     for ax in axes:
         ax.set_xlabel("MPI processes (ranks)")
         ax.set_xticks(ticks, [str(r) for r in ticks])
         ax.minorticks_off()
-        if legend and wide:  # many entries: below the panel, so no line hides behind them
+        if legend:  # below the panel, so no line hides behind them
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)
-        elif legend:
-            ax.legend(fontsize=8, loc="best")

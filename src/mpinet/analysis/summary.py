@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mpinet.analysis.baselines import notes, quotable
 from mpinet.analysis.environment import environment_rst
 from mpinet.analysis.references import breach_lines
 from mpinet.study.experiments import varying
@@ -41,12 +42,25 @@ def summary_table(runs_csv: str | Path) -> str:
     if "p95_step_s" in runs and runs["p95_step_s"].notna().any():
         # the tail: how much slower the slow steps (p95) are than the typical one (p50)
         table.insert(3, "step_p95/p50", (g["p95_step_s"].median() / g["median_step_s"].median()).round(2))
+    if "global_speedup" in runs:  # 0.10.0: the base's time, the fixed-global-batch axis, the best serial run
+        at = table.columns.get_loc("speedup_95ci") + 1
+        table.insert(at, "base_us", (1e6 * g["serial_s_per_sample"].median()).map(lambda v: f"{v:.3g}"))
+        table.insert(at + 1, "global_speedup", g["global_speedup"].median().round(2))
+        table.insert(at + 2, "over_best_serial", g["best_serial_speedup"].median().round(2))
     if "weak_efficiency" in runs and runs["weak_efficiency"].notna().any():
         table.insert(3, "weak_eff", g["weak_efficiency"].median().round(2))  # samples_per_rank sweeps
         table.insert(4, "weak_eff_95ci", _ci_column(runs, g, "weak_efficiency"))
     text = table.reset_index().to_string(index=False, na_rep="-")
     if "ci_launches" in runs and (runs["ci_launches"] == 1).any():
         text += "\n*: one launch; its interval covers only that launch's epochs (more with `repeats`)"
+    if "global_speedup" in runs:
+        text += (
+            "\nspeedup: over serial at the same batch per rank (base_us: its µs a sample); global_speedup: over "
+            "serial at the same global batch; over_best_serial: over the study's fastest serial run, per sample"
+        )
+    if "contention" in runs and (runs["contention"] == "contended").any():
+        n = int((runs["contention"] == "contended").sum())
+        text += f"\ncontended: {n} run(s) had a core taken by another process (runs.csv's contention)"
     return text
 
 
@@ -61,44 +75,39 @@ def _ci_column(runs: pd.DataFrame, g, measure: str) -> pd.Series:
     return text.where(low.notna(), "-")
 
 
+# The two scaling axes of the headline: (name, speedup column, its base's seconds per sample).
+AXES = (
+    ("batch per rank fixed", "speedup", "serial_s_per_sample"),
+    ("global batch fixed", "global_speedup", "global_serial_s_per_sample"),
+)
+HEAD = ("dataset", "variant", "axis", "design", "ranks", "batch/rank (global)", "speedup [95 %]")
+HEAD += ("base: serial µs/sample", "over best serial [95 %]", "accuracy (serial)")
+
+
 def headline_rst(
     runs_csv, description: str, study: str, references: pd.DataFrame | None = None, environment=None
 ) -> str:
-    """The report's front page: the study's headline numbers first (per dataset and variant, the
-    best speedup of each design timed alone, and what it cost in accuracy), the references' verdicts,
-    where it ran (mpinet.analysis.environment), then the description."""
-
+    """The report's front page: the study's headline numbers first (per dataset, variant and scaling
+    axis, the best speedup of each design that may be quoted, with its base's time per sample and the
+    speedup over the study's best serial run), what was left out and why, the references' verdicts,
+    where it ran (mpinet.analysis.environment), then the description. Renders for every study shape."""
     runs = pd.read_csv(runs_csv)
-    columns = varying(runs)
-    lines = [f"Study **{study}**: headline numbers", "", ".. list-table::", "   :header-rows: 1", ""]
-    lines += ["   * - dataset", "     - variant", "     - design", "     - ranks", "     - speedup", "     - accuracy"]
-    for key, d in runs.groupby(["dataset", *columns]):
-        key = key if isinstance(key, tuple) else (key,)
-        variant = ", ".join(f"{c}={v}" for c, v in zip(columns, key[1:])) or "-"
-        serial_acc = d.loc[d["algorithm"] == "serial", "final_test_accuracy"].median()
-        timed = d[(d["algorithm"] != "serial") & d["speedup_isolated"].astype(bool)]
-        cis = [c for c in ("speedup_ci_low", "speedup_ci_high", "ci_launches") if c in timed]
-        by = timed.groupby(["algorithm", "ranks"])
-        best = by[["speedup", "final_test_accuracy"]].median()
-        if cis:
-            best = best.join(by[cis].agg({"speedup_ci_low": "min", "speedup_ci_high": "max", "ci_launches": "max"}))
-        best = best.reset_index()
-        for algorithm, g in best.groupby("algorithm"):
-            if g["speedup"].notna().any():
-                row = g.loc[g["speedup"].idxmax()]
-                lines += [
-                    f"   * - {key[0]}",
-                    f"     - {variant}",
-                    f"     - {algorithm}",
-                    f"     - {int(row['ranks'])}",
-                    f"     - {row['speedup']:.2f}{_headline_ci(row)}",
-                    f"     - {row['final_test_accuracy']:.3f} (serial {serial_acc:.3f})",
-                ]
+    rows = headline_rows(runs)
+    lines = [f"Study **{study}**: headline numbers", ""]
+    if rows:
+        lines += [".. list-table::", "   :header-rows: 1", ""]
+        for row in [HEAD, *rows]:
+            lines += [f"   {'*' if i == 0 else ' '} - {cell}" for i, cell in enumerate(row)]
+    else:
+        lines += ["No speedup to quote: " + _why_none(runs)]
     note = (
-        "The best speedup of each design among the runs timed alone (median over seeds and launches) "
-        "with its 95 % bootstrap interval over launches and epochs (one launch: over its epochs only), "
-        "and its final test accuracy beside the serial run's. The scaling figures show every point, "
-        "the spread and the cost model."
+        "Per scaling axis, the best speedup of each design among the runs that may be quoted (timed alone, "
+        "not contended, more than one rank, not superlinear), the median over seeds and launches, with its "
+        "95 % bootstrap interval over launches and epochs (one launch: over its epochs only). *Batch per rank "
+        "fixed* divides serial at the run's batch per rank (the global batch grows with the ranks); *global "
+        "batch fixed* divides serial at the run's global batch, whose updates the run does exactly. *Over best "
+        "serial* divides the study's fastest serial run at any batch, per sample. The scaling figures show "
+        "every point, the spread and the cost model."
     )
     where = environment_rst(environment) if environment is not None and len(environment) else []
     mixed = mixed_lines(runs)
@@ -107,7 +116,98 @@ def headline_rst(
         if mixed
         else []
     )
-    return "\n".join([*lines, "", note, "", *mixed, *_references_rst(references), *where, description])
+    left = _left_out(runs)
+    parts = [*lines, "", note, "", *left, *mixed, *_references_rst(references), *where, description]
+    return "\n".join(parts)
+
+
+def headline_rows(runs: pd.DataFrame) -> list[tuple]:
+    """The headline table's rows: per dataset, variant (batch_size aside: a column of its own), axis
+    and design, the quotable run group (design, ranks, batch) with the best median speedup."""
+    columns = [c for c in varying(runs) if c != "batch_size"]
+    ok = quotable(runs)
+    out = []
+    for key, d in runs.groupby(["dataset", *columns], sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        variant = ", ".join(f"{c}={v}" for c, v in zip(columns, key[1:])) or "-"
+        serial_acc = d.loc[d["algorithm"] == "serial", "final_test_accuracy"].median()
+        for axis, column, base in AXES:
+            if column not in d:
+                continue
+            timed = d[ok[d.index] & d[column].notna()]
+            for algorithm, g in timed.groupby("algorithm", sort=False):
+                best = _best_group(g, column)
+                cells = (key[0], variant, axis, algorithm, int(best["ranks"]), _batch(best))
+                speed = f"{best[column]:.2f}{_ci(best, column)}"
+                over = (
+                    f"{best['best_serial_speedup']:.2f}{_ci(best, 'best_serial_speedup')}"
+                    if "best_serial_speedup" in best
+                    else "-"
+                )
+                out.append(
+                    (
+                        *cells,
+                        speed,
+                        _micro(best.get(base)),
+                        over,
+                        f"{best['final_test_accuracy']:.3f} ({serial_acc:.3f})",
+                    )
+                )
+    return out
+
+
+def _best_group(g: pd.DataFrame, column: str) -> pd.Series:
+    """Of one design's runs, the (ranks, batch) group with the best median: medians of the measures,
+    the widest interval over its runs."""
+    by = g.groupby(["ranks", "batch_size"])
+    medians = by[[c for c in g.columns if pd.api.types.is_numeric_dtype(g[c])]].median()
+    for c in [c for c in g.columns if c.endswith("_ci_low")]:
+        medians[c] = by[c].min()
+    for c in [c for c in g.columns if c.endswith("_ci_high") or c == "ci_launches"]:
+        medians[c] = by[c].max()
+    return medians.reset_index(drop=True).loc[medians[column].reset_index(drop=True).idxmax()]
+
+
+def _batch(row: pd.Series) -> str:
+    glob = row.get("global_batch")
+    return f"{int(row['batch_size'])}" + (f" ({int(glob)})" if pd.notna(glob) else "")
+
+
+def _micro(seconds) -> str:
+    """Seconds as microseconds, three significant digits and no exponent."""
+    if seconds is None or pd.isna(seconds):
+        return "-"
+    v = 1e6 * seconds
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def _ci(row: pd.Series, measure: str) -> str:
+    low, high = row.get(f"{measure}_ci_low"), row.get(f"{measure}_ci_high")
+    if low is None or pd.isna(low):
+        return ""
+    one = " (one launch)" if row.get("ci_launches") == 1 else ""
+    return f" [{low:.2f}, {high:.2f}]{one}"
+
+
+def _why_none(runs: pd.DataFrame) -> str:
+    """Why a study's front page has no speedup to quote, in one sentence."""
+    if not (runs["algorithm"] != "serial").any():
+        return "the study ran serial only."
+    if "speedup" not in runs or runs["speedup"].isna().all():
+        return "the study has no serial run at the batch and data of its other runs (add `serial` on 1 rank)."
+    return "every speedup was left out (below)."
+
+
+def _left_out(runs: pd.DataFrame) -> list[str]:
+    """The runs whose measured speedups the headline leaves out, counted by reason."""
+    if "speedup_note" not in runs:
+        return []
+    left = runs[(notes(runs) != "") & runs["speedup"].notna()]
+    if left.empty:
+        return []
+    reasons = pd.Series([r for n in left["speedup_note"] for r in n.split("; ")]).value_counts()
+    said = "; ".join(f"{why} ({n})" for why, n in reasons.items())
+    return [f"**Left out of the headline**: {len(left)} run(s) with a speedup: {said} (runs.csv's speedup_note).", ""]
 
 
 def _references_rst(references: pd.DataFrame | None) -> list[str]:
@@ -118,13 +218,6 @@ def _references_rst(references: pd.DataFrame | None) -> list[str]:
     ok = int((references["status"] == "ok").sum())
     head = f"**References**: {len(references)} checked, {len(breaches)} breached, {ok} within their band."
     return [head, "", *(f"- **{line}**" for line in breaches), ""]
-
-
-def _headline_ci(row) -> str:
-    if "speedup_ci_low" not in row or pd.isna(row["speedup_ci_low"]):
-        return ""
-    one = " (one launch)" if row["ci_launches"] == 1 else ""
-    return f" [{row['speedup_ci_low']:.2f}, {row['speedup_ci_high']:.2f}]{one}"
 
 
 def mixed_lines(runs: pd.DataFrame) -> list[str]:

@@ -61,6 +61,7 @@ METRIC_COLUMNS = (
     "bytes_sent",
     "step_p50_s",
     "step_p95_s",
+    "cpu_share",
 )
 EVAL_BATCH = 1024
 # the steps of the last epoch a run's timeline records (a bounded sample: the file stays small
@@ -155,6 +156,7 @@ class EpochTimes:
     bytes_before: int  # Comm.bytes_sent before the epoch
     step_p50_s: float  # the median step (each step's slowest rank)
     step_p95_s: float  # and its tail
+    cpu_s: float = 0.0  # CPU seconds this rank's process got while training (all its threads)
     eval_s: float = 0.0  # evaluating the test set after it
 
 
@@ -270,7 +272,7 @@ class _Run:
         computed, talked = np.zeros(steps), np.zeros(steps, dtype=bool)
         arrivals, ends = np.empty(steps), np.empty(steps)  # when each step reached its exchange, and left it
         traced = min(steps, self.trace.limit) if self.trace is not None else 0
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         left = t0
         for k in range(steps):
             step = self._step(order, k, steps)
@@ -286,12 +288,13 @@ class _Run:
             if serve:
                 self.trace.serve += [[k, *entry] for entry in serve]
         self.exchange.finish(self.params)  # every rank holds all the weights again
-        t_train = time.perf_counter() - t0
+        t_train, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         waits, step_times = _slowest(comm, computed, talked, np.diff(ends, prepend=t0))
         if traced:
             self.trace.record(t0, arrivals[:traced], ends[:traced], waits[:traced])
         p50, p95 = np.percentile(step_times, [50, 95]) if steps else (0.0, 0.0)
-        return sums, EpochTimes(t_train, float(waits.sum()), comm_before, bytes_before, float(p50), float(p95))
+        times = EpochTimes(t_train, float(waits.sum()), comm_before, bytes_before, float(p50), float(p95), cpu)
+        return sums, times
 
     def evaluate(self):
         a = self.arrays
@@ -412,4 +415,7 @@ def _epoch_row(epoch, sums, test_sums, times: EpochTimes, comm: Comm, trains: bo
         # the epoch's step times (each step's slowest rank): its median and its tail
         "step_p50_s": float(p50),
         "step_p95_s": float(p95),
+        # the least CPU a rank got while training, as a share of the wall time: below about 0.9 another
+        # process held its core (a contended run; ranks that wait in MPI poll, so waiting is not idling)
+        "cpu_share": -comm.max(-times.cpu_s / t_train) if t_train > 0 else math.nan,
     }

@@ -6,7 +6,7 @@ from dataclasses import fields
 import pandas as pd
 
 from mpinet import MpinetError
-from mpinet.engine.options import Impossible, Options, check_options, option_flag
+from mpinet.engine.options import Impossible, Options, check_options, data_ranks, option_flag
 
 # Grid columns in path order: the training options in their definition order, ranks after algorithm,
 # and last the launch: `repeats: N` in a sweep trains each experiment N times as separate launches
@@ -21,9 +21,13 @@ DEFAULTS = {
 # Where a run's ranks go (SLURM's --nodes; None: SLURM decides): a property of the launch that
 # changes timings but never the numbers, so it is a column of the table but not of the run's path.
 PLACEMENT = ("nodes",)
+# The fixed-global-batch axis: `global_batch: G` in a sweep instead of batch_size gives each run
+# G / (its training ranks) samples a rank, so every rank count does the updates of serial at batch G.
+# It is not a column: the run is the same as one listed with that batch_size (and shares its path).
+GLOBAL_BATCH = "global_batch"
 # What a sweep may say: the dataset, every column but `repeat` (a sweep gives the count, `repeats`),
-# and the placement.
-SWEEP_KEYS = ("dataset", *(c for c in COLUMNS if c != "repeat"), "repeats", *PLACEMENT)
+# the global batch and the placement.
+SWEEP_KEYS = ("dataset", *(c for c in COLUMNS if c != "repeat"), GLOBAL_BATCH, "repeats", *PLACEMENT)
 # Columns that describe a launch of an experiment rather than the experiment itself.
 LAUNCH = ("seed", "repeat")
 # Columns besides design, ranks and launch: when a study varies some, each value set is a variant.
@@ -60,11 +64,17 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
                 raise MpinetError(f"{where}.dataset: '{name}' is not defined under datasets ({', '.join(datasets)})")
         values = {k: _as_list(k, sweep.get(k, DEFAULTS.get(k))) for k in ("dataset", *COLUMNS)}
         values["repeat"] = list(range(1, int(sweep.get("repeats", 1)) + 1))
+        if GLOBAL_BATCH in sweep:
+            if "batch_size" in sweep:
+                raise MpinetError(f"{where}: global_batch and batch_size exclude each other; give one of them")
+            values["batch_size"] = _as_list(GLOBAL_BATCH, sweep[GLOBAL_BATCH])
         nodes = sweep.get("nodes")
         before, reasons = len(rows), {}
         for combo in itertools.product(*values.values()):
             row = dict(zip(values, combo))
-            if (why := _impossible(row, where)) is None:
+            if (why := _impossible(row, where)) is None and GLOBAL_BATCH in sweep:
+                row["batch_size"] = _per_rank_batch(row, where)
+            if why is None:
                 # a node holds at least one rank: a sweep's 1-rank baseline with `nodes: 4` runs on one
                 rows.append({**row, "nodes": None if nodes is None or row["ranks"] == 1 else min(nodes, row["ranks"])})
             elif not why.obvious:
@@ -170,6 +180,18 @@ def launch_order(experiments: pd.DataFrame) -> list[int]:
     order = experiments.sort_values([*keys, "algorithm", "ranks"], kind="stable").index
     position = pd.Series(range(len(order)), index=order)
     return position.reindex(experiments.index).tolist()
+
+
+def _per_rank_batch(row: dict, where: str) -> int:
+    """The per-rank batch of a global_batch sweep's row (its batch_size holds the global batch): refused
+    when the run's training ranks do not divide it, since the run would not do serial's updates."""
+    size, workers = row["batch_size"], data_ranks(row["algorithm"], row["ranks"])
+    if size % workers or size < workers:
+        raise MpinetError(
+            f"{where}: global_batch {size} on {row['ranks']} ranks of {row['algorithm']} ({workers} training "
+            f"rank(s)): {workers} does not divide {size}; list rank counts whose training ranks divide it"
+        )
+    return size // workers
 
 
 def _as_list(key, value) -> list:
