@@ -1,17 +1,33 @@
-"""Every design on 1, 2, 4, ... all the cores of one node, beside its calibrated model and DDP.
+"""Every design on 1, 2, 4, ... all the cores of one node, beside its calibrated model and DDP, on two
+named scaling axes, every speedup with its base and its 95 % interval over launches.
 
 `make benchmark-node`, or on a bare checkout (a node lent for a few minutes: numpy, mpi4py, an MPI,
 pandas and threadpoolctl; no Snakemake, no venv): `PYTHONPATH=src python3 benchmarks/node.py`.
 
 Workload: Intel-shaped synthetic data (150x150x3 uint8 pixels, as preparation stores unstandardized
-images; 6 classes, random labels), float32, per-rank batch b, one BLAS thread a rank, ranks bound
-to cores where they fit. For each b the training set holds --steps global batches of the largest P,
-so every cell runs at least that many steps an epoch. Each cell is --launches launches of the real
-trainer (`python -m mpinet.train`): a launch's first epoch is warm-up, the median of the other
---epochs over all launches is the cell's epoch time, with a 95 % bootstrap interval over the launches
-and their epochs (with one launch it covers that launch's epochs, not the spread between launches,
-which on a 16-core node reached 25 % for one design). Speedup and efficiency divide this
-engine's serial epoch at the same b by the cell's, both measured in this run.
+images; 6 classes, random labels), float32, one BLAS thread a rank, ranks bound to cores where they
+fit. For each per-rank batch b of --batches the training set holds --steps global batches of the
+largest P; a global batch of --global-batches that no measured cell already gives has a set of
+--steps global batches of its own, shared by serial at G and the P-rank cells at G/P. Times are
+compared per sample (an epoch's seconds ÷ its samples), so cells on sets of different sizes compare.
+
+The two axes. Throughput scaling (batch per rank fixed, the global batch grows): P ranks at per-rank
+batch b against serial at b, as Horovod and DDP report it; the P-rank run does P-fold fewer updates.
+Fixed global batch G: P ranks at G/P against serial at G, the same updates (distributed == serial), so
+the speedup is the parallelization alone. Both are read off the same cells: `--ranks 2 --batches 64
+32` gives throughput at 32 and 64 and the fixed global batch 64 (2 x 32 against serial at 64).
+
+The base case (Hoefler and Belli, SC15, rule 1): every speedup names its base with the base's
+µs/sample, and a second column divides by the best serial run measured at any batch (lowest
+µs/sample), so no speedup comes from a slow baseline alone. Serial runs under the same launcher and
+binding as the ranks (`mpiexec -n 1`, bound to a core).
+
+Launches: every cell, serial included, is launched --launches times, round-robin (launch 1 of every
+cell, then launch 2 of every cell, ...). A launch's first epoch is warm-up; the cell's time is the
+median µs/sample of the other --epochs of all its launches, with a 95 % interval from a two-level
+bootstrap (launches, then epochs within them); a speedup's interval divides the two cells' bootstrap
+replicates, drawn independently. A cell whose launches disagree beyond their own intervals (one
+launch's epoch-only 95 % interval of its median misses another's) is marked unsettled.
 
 The model, calibrated first (one short MPI job per P, every rank running the same kernels at once,
 since on a node P ranks share one memory system): at each b the step's kernels with the first
@@ -26,11 +42,14 @@ layers) calibrated at every S that divides P, its gather, and the groups' Allred
 gradient (the measured one scaled by its bytes); allgather: mpinet.analysis.costmodel's formula with
 this node's compute per sample and α, β.
 
-Prints a line per finished cell and rewrites the JSON and Markdown after every cell, so a run cut
-off keeps what finished; --budget stops starting cells once that many seconds have passed.
+Prints a line per finished launch and rewrites the JSON (raw epoch times of every launch, the
+machine, the arguments, the date) and Markdown after every launch, so a run cut off keeps what
+finished; --budget stops starting launches once that many seconds have passed. `--markdown-from
+JSON` renders the table of a finished run again (`--into FILE` replaces its generated section).
 """
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -40,6 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from datetime import date
 from pathlib import Path
 
@@ -60,56 +80,37 @@ from mpinet.launch.launcher import mpiexec_argv  # noqa: E402
 
 CLASSES = 6
 DESIGNS = tuple(a for a in ALGORITHMS if a != "serial")
+AXES = {
+    "throughput": "throughput scaling: batch per rank fixed, the global batch grows",
+    "global": "fixed global batch: P ranks at G/P do the updates of serial at G",
+}
+NOT_GLOBAL = ("paramserver",)  # its workers step one by one: no global batch, never serial's updates
+BEGIN, END = "<!-- generated by benchmarks/node.py --markdown-from ", "<!-- end of the generated table -->"
 
 
 def main(argv=None) -> int:
     a = parse_args(argv)
     if a.calibrate_worker:
         return calibrate_worker(a)
+    if a.markdown_from:
+        return render(a.markdown_from, a.into)
     cores = os.cpu_count() or 1
     ranks = a.ranks or [p for p in (2**i for i in range(8)) if 1 < p <= cores]
     torch_ok = bench._has_torch() and not a.no_torch
+    plan = make_plan(a, ranks, torch_ok)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"node-{date.today().isoformat()}"
     started = time.perf_counter()
-    report = {"machine": _machine(cores), "args": vars(a), "ranks": ranks, "calibration": {}, "cells": []}
+    report = {"date": date.today().isoformat(), "machine": _machine(cores), "args": vars(a), "ranks": ranks}
+    report |= {"global_batches": plan["global_batches"], "calibration": {}, "cells": []}
     with tempfile.TemporaryDirectory(prefix="mpinet-node-") as tmp:
-        data = {b: make_pixels(Path(tmp) / f"b{b}", a.steps * b * max(ranks), a.features) for b in a.batches}
-        print(f"data: {', '.join(f'b={b}: {a.steps * b * max(ranks)} samples' for b in a.batches)}", flush=True)
-        for p in [1, *ranks]:
-            report["calibration"][p] = calibrate(data[a.batches[0]], p, a, cores)
-            c = report["calibration"][p]
-            grads = ", ".join(f"b={b} {1e3 * c['grad_s'][str(b)]:.2f}" for b in a.batches)
-            nodes = ", ".join(f"b={b} {1e3 * c['node_s'][str(b)]:.2f}" for b in a.batches)
-            print(
-                f"calibrated P={p}: gradient step ms {grads}; allreduce {1e3 * c['allreduce_s']:.2f} ms; "
-                f"node exchange ms {nodes}",
-                flush=True,
-            )
-        for cell in cells(a.batches, ranks, a.designs, torch_ok):
-            if time.perf_counter() - started > a.budget:
-                report.setdefault("skipped", []).append(cell)
-                continue
-            design, p, b = cell
-            try:
-                t = run_cell(data[b], Path(tmp), design, p, b, a, cores)
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired, RuntimeError) as e:
-                # one failed cell (a launcher refusing 2P ranks, say) costs that cell, not the run
-                error = (getattr(e, "stderr", None) or b"").decode(errors="replace").strip().splitlines()[-1:]
-                print(f"{design:>11} P={p:<3} b={b:<3} failed: {e}; {' '.join(error)}", flush=True)
-                report.setdefault("failed", []).append([*cell, str(e)])
-                continue
-            t["model_s"] = predict(design, p, b, len_data(data[b]), report["calibration"], a)
-            report["cells"].append(t)
-            print(
-                f"{design:>11} P={p:<3} b={b:<3} epoch {t['epoch_s']:.3f} s "
-                f"[{t['low']:.3f}, {t['high']:.3f}], model {t['model_s']:.3f} s",
-                flush=True,
-            )
-            write(report, stem, a)
-    write(report, stem, a)
-    print((stem.with_suffix(".md")).read_text())
+        data = {n: make_pixels(Path(tmp) / f"n{n}", n, a.features) for n in sorted(set(plan["samples"].values()))}
+        print(f"data: {', '.join(f'{n} samples' for n in data)}", flush=True)
+        calibrate_all(report, data[max(data)], [1, *ranks], plan["batches"], a, cores)
+        run_rounds(report, plan, data, Path(tmp), a, cores, started, stem)
+    write(report, stem)
+    print(stem.with_suffix(".md").read_text())
     print(f"wrote {stem}.json and .md ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     return 0
 
@@ -122,28 +123,114 @@ def parse_args(argv):
         "--ranks", type=int, nargs="+", help="rank counts beside serial (default: 2, 4, ... up to the cores)"
     )
     p.add_argument("--designs", nargs="+", default=list(DESIGNS), choices=DESIGNS, help="designs beside serial")
-    p.add_argument("--batches", type=int, nargs="+", default=[32, 4], help="per-rank batch sizes")
+    p.add_argument("--batches", type=int, nargs="+", default=[32, 4], help="per-rank batches (throughput axis)")
+    p.add_argument(
+        "--global-batches",
+        type=int,
+        nargs="*",
+        default=[],
+        help="fixed global batches G beside those the per-rank batches give (P x b also in --batches): serial "
+        "at G and every P that divides G at G/P",
+    )
     p.add_argument("--steps", type=int, default=16, help="global steps an epoch at the largest rank count")
     p.add_argument("--epochs", type=int, default=3, help="timed epochs a launch (one more runs as warm-up)")
-    p.add_argument("--launches", type=int, default=1, help="launches a cell (the interval covers their spread)")
+    p.add_argument("--launches", type=int, default=2, help="launches a cell, round-robin over the cells")
     p.add_argument("--features", type=int, default=67500, help="input size (150x150x3 pixels for Intel)")
     p.add_argument("--hidden", type=int, nargs="+", default=[30, 20], help="hidden layer sizes")
-    p.add_argument("--budget", type=float, default=460, help="start no cell after this many seconds")
+    p.add_argument("--budget", type=float, default=460, help="start no launch after this many seconds")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch DDP peer")
     p.add_argument("--out", default="benchmarks/results", help="directory for the JSON and Markdown results")
+    p.add_argument("--markdown-from", metavar="JSON", help="print the table of a finished run's JSON, run nothing")
+    p.add_argument("--into", metavar="FILE", help="with --markdown-from: replace FILE's generated section of it")
     p.add_argument("--calibrate-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
-def cells(batches, ranks, designs, torch_ok) -> list[tuple]:
-    """Serial first (every speedup divides by it), then the largest rank counts: a run cut off by its
-    budget keeps the cells the goals are about."""
-    order = [("serial", 1, b) for b in batches]
+def global_batches(batches, extra, ranks) -> list[int]:
+    """The fixed global batches measured: every P x b that is itself a per-rank batch (its serial is
+    measured anyway), and those asked for."""
+    derived = {p * b for p in ranks for b in batches if p * b in batches}
+    return sorted(derived | set(extra), reverse=True)
+
+
+def make_plan(a, ranks, torch_ok) -> dict:
+    """The cells in launch order, each one's training-set size, the per-rank batches the model is
+    calibrated at, and the global batches."""
+    globals_ = global_batches(a.batches, a.global_batches, ranks)
+    order = cells(a.batches, globals_, ranks, a.designs, torch_ok)
+    # a per-rank batch's set holds --steps global batches of the largest P; a global batch's own cells
+    # (serial at G, P ranks at G/P) share one set of --steps global batches
+    samples = {(d, p, b): a.steps * b * (max(ranks) if b in a.batches else p) for d, p, b in order}
+    batches = list(dict.fromkeys(b for _, _, b in order))
+    return {"order": order, "samples": samples, "batches": batches, "global_batches": globals_}
+
+
+def cells(batches, globals_, ranks, designs, torch_ok) -> list[tuple]:
+    """Serial first, then the largest rank counts: a run cut off by its budget keeps the cells the
+    goals are about. A global batch adds serial at G and every design at G/P where P divides G."""
+    order = [("serial", 1, b) for b in dict.fromkeys([*batches, *globals_])]
     for p in sorted(ranks, reverse=True):
         for b in batches:
             order += [(d, p, b) for d in designs] + [("ddp", p, b)] * torch_ok
-    return order
+        for g in globals_:
+            if g % p == 0 and g // p not in batches:
+                order += [(d, p, g // p) for d in designs if d not in NOT_GLOBAL] + [("ddp", p, g // p)] * torch_ok
+    return list(dict.fromkeys(order))
+
+
+def interleave(order: list, launches: int) -> list[tuple[int, tuple]]:
+    """(launch, cell) in the order they run: launch 1 of every cell, then launch 2 of every cell, ..."""
+    return [(i, cell) for i in range(launches) for cell in order]
+
+
+def calibrate_all(report: dict, data: Path, ps, batches, a, cores) -> None:
+    for p in ps:
+        report["calibration"][p] = c = calibrate(data, p, a, cores, batches)
+        grads = ", ".join(f"b={b} {1e3 * c['grad_s'][str(b)]:.2f}" for b in batches)
+        nodes = ", ".join(f"b={b} {1e3 * c['node_s'][str(b)]:.2f}" for b in batches)
+        print(
+            f"calibrated P={p}: gradient step ms {grads}; allreduce {1e3 * c['allreduce_s']:.2f} ms; "
+            f"node exchange ms {nodes}",
+            flush=True,
+        )
+
+
+def run_rounds(report: dict, plan: dict, data: dict, tmp: Path, a, cores: int, started: float, stem: Path) -> None:
+    """Every launch of every cell, round-robin; a failed cell is not launched again, and once --budget
+    seconds have passed no launch starts (a cell never launched is named skipped)."""
+    records, failed = {}, set()
+    for i, cell in interleave(plan["order"], a.launches):
+        if cell in failed:
+            continue
+        if time.perf_counter() - started > a.budget:
+            if cell not in records and list(cell) not in report.setdefault("skipped", []):
+                report["skipped"].append(list(cell))
+            continue
+        design, p, b = cell
+        n = plan["samples"][cell]
+        try:
+            times, chose = run_launch(data[n], tmp, design, p, b, a, cores)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, RuntimeError) as e:
+            # one failed cell (a launcher refusing 2P ranks, say) costs that cell, not the run
+            error = (getattr(e, "stderr", None) or b"").decode(errors="replace").strip().splitlines()[-1:]
+            print(f"{design:>11} P={p:<3} b={b:<3} failed: {e}; {' '.join(error)}", flush=True)
+            report.setdefault("failed", []).append([*cell, str(e)])
+            failed.add(cell)
+            continue
+        if cell not in records:
+            records[cell] = {"design": design, "ranks": p, "batch": b, "samples": n, "chose": [], "launches_s": []}
+            records[cell]["model_s"] = predict(design, p, b, n, report["calibration"], a)
+            report["cells"].append(records[cell])
+        records[cell]["launches_s"].append(times)
+        records[cell]["chose"].append(chose)
+        us = 1e6 * statistics.median(times) / n
+        print(
+            f"{design:>11} P={p:<3} b={b:<3} launch {i + 1}: epoch {statistics.median(times):.3f} s, "
+            f"{us:.1f} µs/sample, model {records[cell]['model_s']:.3f} s",
+            flush=True,
+        )
+        write(report, stem)
 
 
 def make_pixels(d: Path, n: int, features: int) -> Path:
@@ -162,37 +249,26 @@ def make_pixels(d: Path, n: int, features: int) -> Path:
     return d
 
 
-def len_data(d: Path) -> int:
-    return len(np.load(d / "train_y.npy", mmap_mode="r"))
-
-
 def launcher(p: int, cores: int) -> list[str]:
     return [*mpiexec_argv(p, bind=p <= cores), sys.executable, "-m", "mpi4py"]
 
 
-def run_cell(data: Path, tmp: Path, design: str, p: int, b: int, a, cores: int) -> dict:
-    """--launches launches of the trainer (or of DDP): their timed epochs' median and 95 % interval, and
-    what each launch trained with (auto's choice, a grid's shape)."""
-    launches, chose = [], []
-    for _ in range(a.launches):
-        if design == "ddp":
-            launches.append(bench.run_ddp(data, b, "float32", tuple(a.hidden), a.epochs, p, 0)["epochs_s"])
-            continue
-        times, meta = launch(data, tmp, design, p, b, a, cores)
-        launches.append(times)
-        grid = meta.get("grid")
-        chose.append(meta["design"] + (f" {grid['groups']}x{grid['shards']}" if grid else ""))
-    s = bench.spread([{"epochs_s": t} for t in launches])
-    return {
-        "design": design,
-        "chose": ", ".join(dict.fromkeys(chose)) or None,  # what trained: auto's choice, a grid's shape
-        "ranks": p,
-        "batch": b,
-        "epoch_s": s["median"],
-        "low": s["low"],
-        "high": s["high"],
-        "epochs_s": [t for times in launches for t in times],
-    }
+def run_launch(data: Path, tmp: Path, design: str, p: int, b: int, a, cores: int) -> tuple[list[float], str | None]:
+    """One launch of a cell: its timed epochs' seconds and what it trained with (auto's choice, a
+    grid's shape; None for DDP)."""
+    if design == "ddp":
+        return bench.run_ddp(data, b, "float32", tuple(a.hidden), a.epochs, p, 0)["epochs_s"], None
+    times, meta = launch(data, tmp, design, p, b, a, cores)
+    grid = meta.get("grid")
+    return times, meta["design"] + (f" {grid['groups']}x{grid['shards']}" if grid else "")
+
+
+def train_argv(data: Path, out: Path, design: str, p: int, b: int, a, cores: int) -> list[str]:
+    """The trainer's command line: every cell, serial too, under the MPI launcher and its binding."""
+    args = ["--data", data, "--out", out, "--algorithm", design, "--expect-ranks", p, "--batch-size", b]
+    args += ["--hidden", *a.hidden, "--epochs", a.epochs + 1, "--learning-rate", 0.01]
+    args += ["--standardize", "false", "--shuffle", "batches"]
+    return [*launcher(p, cores), "-m", "mpinet.train", *map(str, args)]
 
 
 def launch(data: Path, tmp: Path, design: str, p: int, b: int, a, cores: int) -> tuple[list[float], dict]:
@@ -200,19 +276,16 @@ def launch(data: Path, tmp: Path, design: str, p: int, b: int, a, cores: int) ->
     import pandas as pd
 
     out = tmp / f"run-{design}-{p}-{b}"
-    args = ["--data", data, "--out", out, "--algorithm", design, "--expect-ranks", p, "--batch-size", b]
-    args += ["--hidden", *a.hidden, "--epochs", a.epochs + 1, "--learning-rate", 0.01]
-    args += ["--standardize", "false", "--shuffle", "batches"]
-    cmd = [sys.executable] if design == "serial" else launcher(p, cores)
-    subprocess.run([*cmd, "-m", "mpinet.train", *map(str, args)], check=True, capture_output=True, timeout=600)
+    cmd = train_argv(data, out, design, p, b, a, cores)
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
     m = pd.read_csv(out / "metrics.csv").iloc[1:]  # epoch 1 is warm-up (page faults, first touches)
     return [float(t) for t in m["time_s"]], json.loads((out / "run.json").read_text())
 
 
-def calibrate(data: Path, p: int, a, cores: int) -> dict:
+def calibrate(data: Path, p: int, a, cores: int, batches) -> dict:
     """The model's parts measured with p ranks running them at once (calibrate_worker)."""
     cmd = [*launcher(p, cores), str(Path(__file__).resolve()), "--calibrate-worker", "--data", str(data)]
-    cmd += ["--features", str(a.features), "--hidden", *map(str, a.hidden), "--batches", *map(str, a.batches)]
+    cmd += ["--features", str(a.features), "--hidden", *map(str, a.hidden), "--batches", *map(str, batches)]
     r = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -237,16 +310,7 @@ def calibrate_worker(a) -> int:
     x_all = np.load(Path(a.data) / "train_x.npy", mmap_mode="r")
     rng = np.random.default_rng(rank)
 
-    def timed(fn, reps=12) -> float:
-        fn()
-        times = []
-        for _ in range(reps):
-            world.Barrier()
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        return max(world.allgather(statistics.median(times)))  # the slowest rank sets the step
-
+    timed = functools.partial(_timed, world)
     node = NodeShared(Comm(world), net.sizes, max(a.batches), np.float32)
     weights, node_grads = node.hold(params)
     out = {"grad_s": {}, "fused_s": {}, "partial_s": {}, "node_s": {}, "shard_s": {}}
@@ -283,6 +347,18 @@ def calibrate_worker(a) -> int:
     if rank == 0:
         print(json.dumps(out))
     return 0
+
+
+def _timed(world, fn, reps=12) -> float:
+    """fn's median seconds on the slowest rank, every rank running it at once (a barrier before each)."""
+    fn()
+    times = []
+    for _ in range(reps):
+        world.Barrier()
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return max(world.allgather(statistics.median(times)))  # the slowest rank sets the step
 
 
 def _shards(ranks: int) -> list[int]:
@@ -378,81 +454,213 @@ def _grid_step(design: str, p: int, b: int, c: dict, a) -> float:
     return compute + gather + c["allreduce_s"] * reduced
 
 
-def write(report: dict, stem: Path, a) -> None:
+def write(report: dict, stem: Path) -> None:
     """The JSON and the Markdown table of what has finished, written whole each time."""
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1))
-    stem.with_suffix(".md").write_text(markdown(report, a))
+    stem.with_suffix(".md").write_text(f"## mpinet node benchmark, {report['date']}\n\n{markdown(report)}")
 
 
-def markdown(report: dict, a) -> str:
-    done = {(c["design"], c["ranks"], c["batch"]): c for c in report["cells"]}
+def render(path: str, into: str | None) -> int:
+    """The table of a finished run's JSON, printed, or put in place of FILE's generated section for it
+    (between `<!-- generated by benchmarks/node.py --markdown-from PATH ... -->` and END)."""
+    text = markdown(json.loads(Path(path).read_text()))
+    if not into:
+        print(text, end="")
+        return 0
+    doc = Path(into).read_text()
+    start = doc.index(f"{BEGIN}{path} ")
+    start = doc.index("\n", start) + 1
+    Path(into).write_text(doc[:start] + "\n" + text + "\n" + doc[doc.index(END, start) :])
+    return 0
+
+
+def summarize(cell: dict) -> dict:
+    """A cell's µs/sample: the median over its launches' timed epochs, the two-level bootstrap's
+    replicates (launches, then epochs) and their 95 % interval, and whether its launches disagree."""
+    from mpinet.analysis.confidence import bootstrap_medians, interval
+
+    per = [1e6 * np.asarray(t, dtype=float) / cell["samples"] for t in cell["launches_s"]]
+    reps = bootstrap_medians(per, seed=zlib.crc32(f"{cell['design']} {cell['ranks']} {cell['batch']}".encode()))
+    low, high = interval(reps)
+    return {"us": float(np.median(np.concatenate(per))), "low": low, "high": high, "reps": reps} | {
+        "unsettled": unsettled(per)
+    }
+
+
+def unsettled(launches: list) -> bool | None:
+    """Whether a cell's launches disagree beyond their own noise: some launch's epoch-only 95 % interval
+    of its median misses another launch's. None with one launch (nothing to compare)."""
+    from mpinet.analysis.confidence import bootstrap_medians, interval
+
+    if len(launches) < 2:
+        return None
+    bounds = [interval(bootstrap_medians([t])) for t in launches]
+    return any(high < low for _, high in bounds for low, _ in bounds)
+
+
+def ratio(base: dict, cell: dict) -> tuple[float, float, float]:
+    """base's µs/sample ÷ cell's (a speedup), with the 95 % interval of the two cells' bootstrap
+    replicates divided (drawn independently; a cell over itself is exactly 1)."""
+    from mpinet.analysis.confidence import interval
+
+    if base is cell:
+        return 1.0, 1.0, 1.0
+    return (base["us"] / cell["us"], *interval(base["reps"] / cell["reps"]))
+
+
+def rows(report: dict) -> list[dict]:
+    """The table's rows: the throughput axis at every per-rank batch (serial at that batch the base),
+    then every fixed global batch G (P ranks at G/P; serial at G the base), each with the best serial."""
+    stats = {(c["design"], c["ranks"], c["batch"]): c | summarize(c) for c in report["cells"]}
+    serial = {b: s for (d, _, b), s in stats.items() if d == "serial"}
+    best = min(serial.values(), key=lambda s: s["us"], default=None)
+    out = []
+    for b in report["args"]["batches"]:
+        for key, c in stats.items():
+            if key[2] == b:
+                out.append(_row("throughput", c, serial.get(b), best, stats))
+    for g in report["global_batches"]:
+        for (d, p, b), c in stats.items():
+            if (p > 1 and p * b == g and d not in NOT_GLOBAL) or (d, b) == ("serial", g):
+                out.append(_row("global", c, serial.get(g), best, stats))
+    return out
+
+
+def _row(axis: str, c: dict, base: dict | None, best: dict | None, stats: dict) -> dict:
+    p, b = c["ranks"], c["batch"]
+    speedup = ratio(base, c) if base else (math.nan,) * 3
+    ddp = stats.get(("ddp", p, b))
+    return {
+        "axis": axis,
+        "cell": c,
+        "global": None if c["design"] in NOT_GLOBAL else p * b,
+        "base": base,
+        "speedup": speedup,
+        "over_best": ratio(best, c) if best else (math.nan,) * 3,
+        "efficiency": speedup[0] / p,
+        "model_us": 1e6 * c["model_s"] / c["samples"],
+        "ddp": ddp["us"] / c["us"] if ddp and c["design"] != "ddp" else math.nan,
+    }
+
+
+def markdown(report: dict) -> str:
+    """The run's Markdown (without a heading): its workload, both axes' table and the calibration."""
+    a = argparse.Namespace(**report["args"])
+    table = rows(report)
+    serial = [r["cell"] for r in table if r["cell"]["design"] == "serial"]
+    best = min(serial, key=lambda s: s["us"], default=None)
     lines = [
-        f"## mpinet node benchmark, {date.today().isoformat()}",
-        "",
-        f"Machine: {report['machine']}. Workload: {a.features} uint8 pixels a sample, net "
+        f"Machine: {report['machine']}; {report['date']}. Workload: {a.features} uint8 pixels a sample, net "
         f"{a.features}-{'-'.join(map(str, a.hidden))}-{CLASSES}, float32, 1 BLAS thread a rank, {a.steps} global "
-        f"steps an epoch at the largest rank count, {a.epochs} timed epochs a launch, {a.launches} launch(es) a cell "
-        "(interval over the launches and their epochs). Speedup and efficiency: this engine's serial epoch at "
-        "the same batch ÷ the cell's.",
+        f"steps an epoch at the largest rank count, {a.epochs} timed epochs a launch, {a.launches} launch(es) a "
+        "cell round-robin, every cell (serial too) under `mpiexec -n P` bound to cores. µs/sample: the median "
+        "over the launches' timed epochs, 95 % interval from a bootstrap over launches, then epochs.",
         "",
-        "| design | ranks | batch/rank | trained | epoch s [95 %] | speedup | efficiency | model s | model error "
-        "| DDP ÷ ours |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"Axes: **throughput** = {AXES['throughput']} (base: serial at the same per-rank batch); **global** = "
+        f"{AXES['global']} (base: serial at G). Over best serial: the best serial run at any batch ÷ the cell"
+        + (f" (serial at batch {best['batch']}, {best['us']:.1f} µs/sample)." if best else "."),
+        "",
+        "| axis | design | ranks | batch/rank | global batch | trained | launches | µs/sample [95 %] "
+        "| base (its µs/sample) | speedup [95 %] | over best serial [95 %] | efficiency | unsettled "
+        "| model µs/sample | model error | DDP ÷ ours |",
+        "|---" * 16 + "|",
+        *map(_table_line, table),
     ]
-    for (design, p, b), c in done.items():
-        serial = done.get(("serial", 1, b))
-        ddp = done.get(("ddp", p, b))
-        speedup = serial["epoch_s"] / c["epoch_s"] if serial and design != "ddp" else float("nan")
-        error = c["model_s"] / c["epoch_s"] - 1
-        versus = ddp["epoch_s"] / c["epoch_s"] if ddp and design != "ddp" else float("nan")
-        lines.append(
-            f"| {design} | {p} | {b} | {c.get('chose') or '-'} | {c['epoch_s']:.3f} [{c['low']:.3f}, {c['high']:.3f}] "
-            f"| {_f(speedup, 2)} | "
-            f"{_f(100 * speedup / p, 0)} % | {_f(c['model_s'], 3)} | {_f(100 * error, 0)} % | {_f(versus, 2)} |"
-        )
-    best = _best(done, a.batches)
+    return "\n".join(lines + _notes(report, table) + _calibration(report)) + "\n"
+
+
+def _table_line(r: dict) -> str:
+    c, base = r["cell"], r["base"]
+    if base is c:
+        based, speedup, efficiency = f"itself ({c['us']:.1f})", "1 (base)", "-"
+    else:
+        based = f"serial b={base['batch']} ({base['us']:.1f})" if base else "- (not measured)"
+        speedup, efficiency = _ci(r["speedup"]), f"{_f(100 * r['efficiency'], 0)} %"
+    trained = ", ".join(dict.fromkeys(filter(None, c["chose"]))) or "-"
+    flag = {None: "-", True: "**unsettled**", False: "no"}[c["unsettled"]]
+    return (
+        f"| {r['axis']} | {c['design']} | {c['ranks']} | {c['batch']} | {r['global'] or '-'} | {trained} "
+        f"| {len(c['launches_s'])} | {c['us']:.1f} [{c['low']:.1f}, {c['high']:.1f}] | {based} | {speedup} "
+        f"| {_ci(r['over_best'])} | {efficiency} | {flag} | {_f(r['model_us'], 1)} "
+        f"| {_f(100 * (r['model_us'] / c['us'] - 1), 0)} % | {_f(r['ddp'], 2)} |"
+    )
+
+
+def _ci(v: tuple) -> str:
+    return "-" if v[0] != v[0] else f"{v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]"
+
+
+def _notes(report: dict, table: list[dict]) -> list[str]:
+    lines = []
+    best = _best(table)
     if best:
-        lines += ["", "Best design per rank count (speedup over serial): " + "; ".join(best) + "."]
+        lines += ["", "Best design per axis, batch and rank count (speedup over its base): " + "; ".join(best) + "."]
+    asked = report["args"]["launches"]
+    short = [r["cell"] for r in table if len(r["cell"]["launches_s"]) < asked]
+    if short:
+        cut = ", ".join(dict.fromkeys(f"{c['design']} P={c['ranks']} b={c['batch']}" for c in short))
+        lines += ["", f"Fewer than {asked} launches (past --budget): {cut}."]
     if report.get("failed"):
         lines += ["", "Failed: " + ", ".join(f"{d} P={p} b={b}" for d, p, b, _ in report["failed"]) + "."]
     if report.get("skipped"):
         lines += [
             "",
-            f"Not run (past --budget {a.budget:.0f} s): "
+            f"Not run (past --budget {report['args']['budget']:.0f} s): "
             + ", ".join(f"{d} P={p} b={b}" for d, p, b in report["skipped"])
             + ".",
         ]
-    lines += ["", "Calibration (ms; the slowest rank's median with all P ranks at once):", ""]
+    return lines
+
+
+def _calibration(report: dict) -> list[str]:
+    lines = ["", "Calibration (ms; the slowest rank's median with all P ranks at once):", ""]
+    if not report["calibration"]:
+        return []
+    batches = list(next(iter(report["calibration"].values()))["grad_s"])
     parts = [("gradient step", "grad_s"), ("without the first layer's", "partial_s"), ("node exchange", "node_s")]
-    head = [f"{name} b={b}" for name, _ in parts for b in a.batches]
+    head = [f"{name} b={b}" for name, _ in parts for b in batches]
     lines += ["| P | " + " | ".join(head) + " | update | Allreduce | ping-pong |", "|---" * (4 + len(head)) + "|"]
     for p, c in report["calibration"].items():
-        cells = [f"{1e3 * c[key][str(b)]:.2f}" for _, key in parts for b in a.batches]
+        cells = [f"{1e3 * c[key][b]:.2f}" for _, key in parts for b in batches]
         cells += [f"{1e3 * c[key]:.2f}" for key in ("update_s", "allreduce_s", "message_s")]
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def _best(done: dict, batches) -> list[str]:
+def _best(table: list[dict]) -> list[str]:
+    """The fastest design (auto, DDP and serial aside) at each axis, batch and rank count, with auto's choice."""
+    best: dict[tuple, dict] = {}
+    for r in table:
+        c = r["cell"]
+        key = (r["axis"], c["batch"] if r["axis"] == "throughput" else r["global"], c["ranks"])
+        if (
+            c["design"] not in ("serial", "ddp", "auto")
+            and r["speedup"][0] > best.get(key, {"speedup": (0,)})["speedup"][0]
+        ):
+            best[key] = r
     out = []
-    for b in batches:
-        serial = done.get(("serial", 1, b))
-        if not serial:
-            continue
-        by_p: dict[int, tuple] = {}
-        for (design, p, bb), c in done.items():
-            if bb == b and design not in ("serial", "ddp", "auto"):
-                s = serial["epoch_s"] / c["epoch_s"]
-                if s > by_p.get(p, ("", 0.0))[1]:
-                    by_p[p] = (design, s)
-        for p, (d, s) in sorted(by_p.items()):
-            auto = done.get(("auto", p, b))
-            picked = (
-                f" (auto chose {auto['chose']}: {s * auto['epoch_s'] / serial['epoch_s']:.2f}x the best's time)"
-                if auto
-                else ""
-            )
-            out.append(f"b={b}, P={p}: {d} {s:.2f}x{picked}")
+    for (axis, b, p), r in best.items():
+        auto = next(
+            (
+                x
+                for x in table
+                if x["axis"] == axis
+                and x["cell"]["design"] == "auto"
+                and x["cell"]["ranks"] == p
+                and (x["cell"]["batch"] if axis == "throughput" else x["global"]) == b
+            ),
+            None,
+        )
+        picked = (
+            f" (auto chose {', '.join(dict.fromkeys(filter(None, auto['cell']['chose'])))}: {auto['speedup'][0]:.2f}x)"
+            if auto
+            else ""
+        )
+        name = f"b={b}" if axis == "throughput" else f"G={b}"
+        out.append(
+            f"{axis} {name}, P={p}: {r['cell']['design']} {_ci(r['speedup'])}, over best serial "
+            f"{_ci(r['over_best'])}{picked}"
+        )
     return out
 
 

@@ -100,31 +100,206 @@ def test_the_recording_benchmark_compares_this_engine_with_a_release(tmp_path):
 
 
 @pytest.mark.mpi
-def test_node_benchmark_runs_from_a_bare_checkout_and_writes_every_design(tmp_path):
+def test_node_benchmark_runs_from_a_bare_checkout_and_writes_both_axes(tmp_path):
     """benchmarks/node.py on a tiny workload, its package from src/ alone (no install, no Snakemake,
-    seaborn or YAML importable): a row per design and rank count with its model and speedup, the
-    calibration table, and the JSON."""
+    seaborn or YAML importable): a row per design and rank count on the throughput axis, the fixed
+    global batch 8 (2 ranks at 4 against serial at 8) beside it, launches round-robin, the calibration
+    table, and the JSON with every launch's epochs."""
     blocked = ("snakemake", "yaml", "jsonschema", "seaborn", "matplotlib", "PIL", "psutil")
+    args = ["--ranks", "2", "--batches", "8", "4", "--features", "600", "--steps", "2", "--epochs", "1"]
+    args += ["--launches", "2", "--no-torch", "--out", str(tmp_path)]
     code = (
         "import runpy, sys\n"
         f"for m in {blocked!r}: sys.modules[m] = None\n"
-        f"sys.argv = ['node.py', '--features', '600', '--steps', '2', '--epochs', '1', '--no-torch', '--out', "
-        f"{str(tmp_path)!r}]\n"
+        f"sys.argv = ['node.py', *{args!r}]\n"
         f"runpy.run_path({str(REPO / 'benchmarks' / 'node.py')!r}, run_name='__main__')\n"
     )
     e = {k: v for k, v in env().items() if k != "PYTHONPATH"}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=300, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     table = next(tmp_path.glob("node-*.md")).read_text()
-    rows = [r.split(" | ") for r in table.splitlines() if r.startswith("| ") and " | 600" not in r]
-    cells = {(r[0][2:], r[1], r[2]) for r in rows if r[1].isdigit() and len(r) == 10}
+    rows = [r.split(" | ") for r in table.splitlines() if r.startswith("| ") and len(r.split(" | ")) == 16]
+    rows = [r for r in rows if r[2].isdigit()]
     from mpinet.engine.options import ALGORITHMS
 
-    expected = {("serial", "1", b) for b in ("32", "4")}
-    expected |= {(d, "2", b) for d in ALGORITHMS if d != "serial" for b in ("32", "4")}
-    assert cells == expected
-    assert all(float(r[5]) > 0 and r[7] != "-" for r in rows if r[1].isdigit() and len(r) == 10)  # speedup, model
-    assert {r[3] for r in rows if r[0] == "| grid"} == {"grid 1x2"}  # the shape it trained with
-    assert "Calibration" in table and "Best design per rank count" in table
-    assert json.loads(next(tmp_path.glob("node-*.json")).read_text())["cells"]
-    assert p.stdout.count(" epoch ") >= len(expected)  # a line per finished cell
+    designs = [d for d in ALGORITHMS if d != "serial"]
+    throughput = {(r[1], r[2], r[3]) for r in rows if r[0] == "| throughput"}
+    assert throughput == {("serial", "1", b) for b in ("8", "4")} | {(d, "2", b) for d in designs for b in ("8", "4")}
+    fixed = {(r[1], r[2], r[3]) for r in rows if r[0] == "| global"}
+    assert fixed == {("serial", "1", "8")} | {(d, "2", "4") for d in designs if d != "paramserver"}
+    assert all(r[6] == "2" and r[13] != "-" for r in rows)  # two launches each, the model's prediction
+    assert all(r[8] == "serial b=8 (" + r[8].split("(")[1] for r in rows if r[0] == "| global" and r[1] != "serial")
+    assert {r[5] for r in rows if r[1] == "grid"} == {"grid 1x2"}  # the shape it trained with
+    assert "Calibration" in table and "Best design per axis" in table and "over best serial" in table
+    report = json.loads(next(tmp_path.glob("node-*.json")).read_text())
+    assert report["global_batches"] == [8] and report["date"] and report["machine"]
+    assert all(len(c["launches_s"]) == 2 and len(c["launches_s"][0]) == 1 for c in report["cells"])
+    launched = [line.split()[4] for line in p.stdout.splitlines() if " launch " in line]  # "serial P=1 b=8 launch 1:"
+    assert launched == ["1:"] * (len(launched) // 2) + ["2:"] * (len(launched) // 2)  # round-robin
+
+
+def _node():
+    """benchmarks/node.py as a module, this process's environment and path left as they were."""
+    import importlib.util
+    import os
+
+    saved, path = dict(os.environ), list(sys.path)
+    spec = importlib.util.spec_from_file_location("node_benchmark", REPO / "benchmarks" / "node.py")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        sys.path[:] = path
+    return module
+
+
+def _cell(design, ranks, batch, us_launches, samples=1000):
+    """A fabricated cell: each launch's epoch seconds from its µs a sample."""
+    launches = [[u * samples / 1e6 for u in launch] for launch in us_launches]
+    return {
+        "design": design,
+        "ranks": ranks,
+        "batch": batch,
+        "samples": samples,
+        "chose": [design] * len(launches),
+        "launches_s": launches,
+        "model_s": 0.1,
+    }
+
+
+def _report(cells, batches=(64, 32), global_batches=(64,), launches=3):
+    args = {"batches": list(batches), "features": 600, "hidden": [30, 20], "steps": 16, "epochs": 3}
+    args |= {"launches": launches, "budget": 460.0}
+    return {
+        "date": "2026-01-01",
+        "machine": "a test machine",
+        "args": args,
+        "ranks": [2],
+        "global_batches": list(global_batches),
+        "calibration": {},
+        "cells": cells,
+    }
+
+
+def test_the_node_benchmark_reads_both_axes_off_the_issue_command_and_runs_launches_round_robin():
+    """--ranks 2 --batches 64 32: serial at 64 and 32 and every design at 2 x 64 and 2 x 32, which give
+    the throughput axis at both batches and the fixed global batch 64 (2 x 32 against serial at 64)
+    with no extra cell; a global batch asked for adds serial at G and the designs at G/P, on one set."""
+    import argparse
+
+    node = _node()
+    a = argparse.Namespace(batches=[64, 32], global_batches=[], designs=["node", "paramserver"], steps=16)
+    plan = node.make_plan(a, [2], False)
+    assert plan["global_batches"] == [64]
+    assert plan["order"] == [
+        ("serial", 1, 64),
+        ("serial", 1, 32),
+        ("node", 2, 64),
+        ("paramserver", 2, 64),
+        ("node", 2, 32),
+        ("paramserver", 2, 32),
+    ]
+    assert plan["samples"][("serial", 1, 64)] == 2 * plan["samples"][("node", 2, 32)] == 16 * 64 * 2
+    a.global_batches = [256, 128]  # 2 x 128 a cell of its own; 2 x 64 measured already
+    plan = node.make_plan(a, [2], False)
+    assert plan["global_batches"] == [256, 128, 64]
+    assert plan["order"][2:4] == [("serial", 1, 256), ("serial", 1, 128)]
+    assert ("node", 2, 128) in plan["order"] and ("paramserver", 2, 128) not in plan["order"]  # no global batch
+    assert plan["samples"][("serial", 1, 256)] == plan["samples"][("node", 2, 128)] == 16 * 256  # one set
+    assert node.interleave(["a", "b", "c"], 2) == [(0, "a"), (0, "b"), (0, "c"), (1, "a"), (1, "b"), (1, "c")]
+
+
+def test_the_node_benchmark_launches_serial_through_the_mpi_launcher_bound_like_the_ranks(tmp_path):
+    import argparse
+
+    node = _node()
+    a = argparse.Namespace(hidden=[30, 20], epochs=3)
+    serial = node.train_argv(tmp_path, tmp_path / "out", "serial", 1, 64, a, 2)
+    ranks = node.train_argv(tmp_path, tmp_path / "out", "node", 2, 32, a, 2)
+    assert serial[: len(node.launcher(1, 2))] == node.launcher(1, 2)
+    assert "mpiexec" in serial[0] and serial[serial.index("-n") + 1] == "1"
+    assert serial[serial.index("mpi4py") + 1 : serial.index("mpi4py") + 3] == ["-m", "mpinet.train"]
+    bind = [x for x in node.launcher(2, 2) if "bind" in x]
+    assert bind and all(x in serial for x in bind)  # bound as the ranks are
+    assert ranks[: len(node.launcher(2, 2))] == node.launcher(2, 2)
+
+
+def test_node_benchmark_speedups_divide_per_sample_medians_with_intervals_over_launches():
+    """Fabricated launches: exact times give exact ratios; spread between launches widens the interval
+    and stays inside it; the best serial run at any batch is the second base."""
+    node = _node()
+    serial64 = node.summarize(_cell("serial", 1, 64, [[175.0] * 3] * 3, samples=2048))
+    serial32 = node.summarize(_cell("serial", 1, 32, [[125.0] * 3] * 3, samples=1024))
+    two = node.summarize(_cell("node", 2, 32, [[100.0] * 3] * 3, samples=1024))
+    assert serial64["us"] == 175.0 and serial64["low"] == serial64["high"] == 175.0
+    assert node.ratio(serial64, two) == (1.75, 1.75, 1.75)
+    assert node.ratio(serial32, two) == (1.25, 1.25, 1.25)
+    assert node.ratio(two, two) == (1.0, 1.0, 1.0)
+    noisy = node.summarize(_cell("node", 2, 32, [[90.0, 91, 89], [100, 101, 99], [110, 111, 109]]))
+    speedup, low, high = node.ratio(serial64, noisy)
+    assert speedup == 175 / 100 and low < 175 / 110 * 1.01 and high > 175 / 90 * 0.99 and low < speedup < high
+    cells = [_cell("serial", 1, 64, [[175.0] * 3] * 3, samples=2048), _cell("serial", 1, 32, [[125.0] * 3] * 3)]
+    table = node.rows(_report([*cells, _cell("node", 2, 32, [[100.0] * 3] * 3)]))
+    fixed = next(r for r in table if r["axis"] == "global" and r["cell"]["design"] == "node")
+    assert fixed["speedup"] == (1.75, 1.75, 1.75) and fixed["over_best"] == (1.25, 1.25, 1.25)
+    assert fixed["efficiency"] == 1.75 / 2 and fixed["base"]["batch"] == 64
+    through = next(r for r in table if r["axis"] == "throughput" and r["cell"]["design"] == "node")
+    assert through["speedup"] == (1.25, 1.25, 1.25) and through["base"]["batch"] == 32
+
+
+def test_a_node_benchmark_cell_is_unsettled_when_its_launches_disagree_beyond_their_own_intervals():
+    node = _node()
+    assert node.unsettled([[1.0, 1.01, 0.99], [1.5, 1.51, 1.49]]) is True
+    assert node.unsettled([[1.0, 1.2, 0.9], [1.1, 1.3, 1.0], [1.05, 0.95, 1.15]]) is False
+    assert node.unsettled([[1.0, 1.01, 0.99]]) is None  # one launch: nothing to compare
+
+
+def test_the_node_benchmark_table_names_each_axis_and_base_and_renders_from_json(tmp_path):
+    node = _node()
+    report = _report(
+        [
+            _cell("serial", 1, 64, [[175.0] * 3] * 3, samples=2048),
+            _cell("serial", 1, 32, [[125.0] * 3] * 3, samples=1024),
+            _cell("node", 2, 64, [[150.0] * 3] * 3, samples=2048),
+            _cell("node", 2, 32, [[100.0, 101, 99], [150, 151, 149], [100, 101, 99]], samples=1024),
+        ]
+    )
+    text = node.markdown(report)
+    rows = [r.split(" | ") for r in text.splitlines() if r.startswith("| ") and r.split(" | ")[2].isdigit()]
+    assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
+        ("| throughput", "serial", "1", "64", "64"),
+        ("| throughput", "node", "2", "64", "128"),
+        ("| throughput", "serial", "1", "32", "32"),
+        ("| throughput", "node", "2", "32", "64"),
+        ("| global", "serial", "1", "64", "64"),
+        ("| global", "node", "2", "32", "64"),
+    ]
+    fixed = rows[-1]
+    assert (
+        fixed[8] == "serial b=64 (175.0)" and fixed[9].startswith("1.73 [") and fixed[10].startswith("1.24 [")
+    )  # ÷ 101 µs, the pooled median
+    assert fixed[12] == "**unsettled**" and rows[3][12] == "**unsettled**" and rows[1][12] == "no"
+    assert rows[0][8] == "itself (175.0)" and rows[0][9] == "1 (base)"
+    assert "(serial at batch 32, 125.0 µs/sample)" in text and "**global** = fixed global batch" in text
+    doc = tmp_path / "doc.md"
+    data = tmp_path / "run.json"
+    data.write_text(json.dumps(report))
+    doc.write_text(f"before\n{node.BEGIN}{data} -->\nold table\n{node.END}\nafter\n")
+    node.render(str(data), str(doc))
+    assert doc.read_text() == f"before\n{node.BEGIN}{data} -->\n\n{text}\n{node.END}\nafter\n"
+
+
+def test_the_docs_node_tables_are_generated_from_their_committed_json():
+    """docs/performance.md's node tables are the generator's output of the raw JSON committed beside
+    them (docs/data/node/), not typed by hand."""
+    node = _node()
+    doc = (REPO / "docs" / "performance.md").read_text()
+    sections = doc.split(node.BEGIN)[1:]
+    assert sections, "docs/performance.md has no generated node table"
+    for section in sections:
+        path = section.split()[0]
+        assert (REPO / path).exists() and path.startswith("docs/data/node/")
+        body = section[section.index("\n") + 1 : section.index(node.END)]
+        assert body == "\n" + node.markdown(json.loads((REPO / path).read_text())) + "\n"
