@@ -106,7 +106,7 @@ def speedup_notes(runs: pd.DataFrame) -> pd.Series:
     """Per run, why its speedups are not quoted as a headline (empty: they may be): not timed alone,
     run or base contended, more ranks than cores, an MPI run on 1 rank, or superlinear."""
     reasons = [
-        (~runs["speedup_isolated"].astype(bool), "not timed alone"),
+        (~runs["isolated"].astype(bool) | (runs["serial_isolated"] == False), "not timed alone"),  # noqa: E712 (NaN: no base)
         (runs["contention"] == "contended", "contended"),
         (runs["serial_cpu_share"] < CLEAN_CPU_SHARE, "its serial base contended"),
         (runs["oversubscribed"].astype(bool), "more ranks than cores"),

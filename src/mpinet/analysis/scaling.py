@@ -10,7 +10,17 @@ from matplotlib.ticker import ScalarFormatter
 
 from mpinet.analysis.baselines import quotable
 from mpinet.analysis.costmodel import COMPUTE_KEYS
-from mpinet.analysis.style import DESIGN_ORDER, DESIGNS, finish, labelled, ranks_text, subplots
+from mpinet.analysis.style import (
+    DESIGN_ORDER,
+    DESIGNS,
+    figure_legend,
+    finish,
+    labelled,
+    ranks_text,
+    subplots,
+    variant_name,
+)
+from mpinet.study.experiments import variant_values, varying
 
 # The original Go project's hand-typed Intel timings (goai/plot/resultstopng.go; units and epoch
 # counts never recorded): processes -> time. Drawn on the Intel scaling figure as its speedup
@@ -70,17 +80,17 @@ def scaling(
         ranks |= set(ORIGINAL_INTEL["Allreduce"])
     shown = [ax for ax in (speed, eff, weak_ax, global_ax, acc) if ax is not None]
     speeds = [ax for ax in (speed, global_ax) if ax is not None]
-    _scaling_axes(fig, shown, speeds, sorted(ranks), wide=original or with_model, legend=not df.empty)
+    _scaling_axes(shown, speeds, sorted(ranks), wide=original or with_model)
     if weak_ax is not None:
         _weak_panel(weak_ax, weak, variants)
     if global_ax is not None:
         _global_panel(global_ax, fixed)
+    foot = 0.0
     if where:
         fig.text(0.01, 0.005, f"ran on: {where}", fontsize=7, color="#555555", ha="left", va="bottom")
-    # _scaling_axes placed the legends
-    return finish(
-        fig, shown, f"{title}: scaling of the per-epoch time", path, legend=False, bottom=0.05 if where else 0
-    )
+        foot = 0.25  # inches
+    bottom = figure_legend(fig, shown, foot)  # one legend for every panel: a design looks the same in each
+    return finish(fig, shown, f"{title}: scaling of the per-epoch time", path, legend=False, bottom=bottom)
 
 
 def _panels(weak: bool, fixed: bool):
@@ -100,19 +110,30 @@ def _panels(weak: bool, fixed: bool):
 
 
 def _global_panel(ax, fixed: pd.DataFrame) -> None:
-    """Speedup over serial at the run's global batch, one line per design and global batch."""
+    """Speedup over serial at the run's global batch, one line per design, variant (its batch per
+    rank aside) and global batch that was run on more than one rank count."""
+    others = [c for c in varying(fixed) if c != "batch_size"]
+    values = pd.DataFrame({c: variant_values(fixed, c) for c in others}, index=fixed.index)
+    named = values.apply(variant_name, axis=1) if others else pd.Series("", index=fixed.index)
+    glob = "global batch " + fixed["global_batch"].astype(int).astype(str)
     fixed = fixed.assign(
-        variant="global batch " + fixed["global_batch"].astype(int).astype(str),
+        variant=(named + ", ").where(named != "", "") + glob,
         global_speedup_lo=fixed.get("global_speedup_ci_low", fixed["global_speedup"]),
         global_speedup_hi=fixed.get("global_speedup_ci_high", fixed["global_speedup"]),
     )
-    points = fixed.groupby(["design", "algorithm", "variant", "ranks"], sort=True).agg(
-        mid=("global_speedup", "median"), lo=("global_speedup_lo", "min"), hi=("global_speedup_hi", "max")
-    )
-    _lines_with_bars(ax, points.reset_index(), sorted(fixed["variant"].unique()))
+    points = fixed.assign(_quoted=quotable(fixed)).groupby(["design", "algorithm", "variant", "ranks"], sort=True)
+    points = points.agg(
+        mid=("global_speedup", "median"),
+        lo=("global_speedup_lo", "min"),
+        hi=("global_speedup_hi", "max"),
+        quoted=("_quoted", "all"),
+    ).reset_index()
+    points = points[points.groupby(["algorithm", "variant"])["ranks"].transform("nunique") > 1]
+    _lines_with_bars(ax, points, sorted(fixed["variant"].unique()))
+    left = points[~points["quoted"]]  # hollow, as in the throughput panels
+    ax.plot(left["ranks"], left["mid"], "o", color="grey", markerfacecolor="white", ls="none", zorder=3)
     ax.set_title(FIXED_GLOBAL, fontsize=9)
     ax.set_ylabel("speedup over serial at the same global batch")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)
 
 
 def time_split(runs: pd.DataFrame, title: str, path) -> dict:
@@ -180,7 +201,6 @@ def _weak_panel(ax, weak: pd.DataFrame, variants: list[str]) -> None:
     ax.set_title(f"weak scaling: {per_rank} samples per training rank fixed", fontsize=9)
     ax.set_ylabel("weak-scaling efficiency (t1(K) / tP(P·K))")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)  # below, as the others
 
 
 def _series(design: str, variant: str, variants: list[str]) -> tuple[str, str]:
@@ -286,10 +306,9 @@ def _original_markers(ax) -> None:
         )
 
 
-def _scaling_axes(fig, axes, speeds, ranks: list[int], wide: bool, legend: bool) -> None:
-    """Ideal lines, labels, rank ticks and legends; `speeds` are the speedup panels (ideal y = x), the
-    panels between the first and the last the efficiencies (ideal 1); wide (up to 32 ranks): log
-    axes, legends below."""
+def _scaling_axes(axes, speeds, ranks: list[int], wide: bool) -> None:
+    """Ideal lines, labels and rank ticks; `speeds` are the speedup panels (ideal y = x), the panels
+    between the first and the last the efficiencies (ideal 1); wide (up to 32 ranks): log axes."""
     if wide:
         for ax in axes:  # 1 to 32 processes: log axes keep the small rank counts readable
             ax.set_xscale("log", base=2)
@@ -309,5 +328,3 @@ def _scaling_axes(fig, axes, speeds, ranks: list[int], wide: bool, legend: bool)
         ax.set_xlabel("MPI processes (ranks)")
         ax.set_xticks(ticks, [str(r) for r in ticks])
         ax.minorticks_off()
-        if legend:  # below the panel, so no line hides behind them
-            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=1)

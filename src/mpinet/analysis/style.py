@@ -1,6 +1,7 @@
 """How the figures look: one row per design of the engine (its colour and names), and what every
 figure shares (its axes, the design and variant of each row of a table, its title and texts)."""
 
+import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -66,6 +67,32 @@ def design_palette(df: pd.DataFrame) -> dict:
     return {d.name: d.color for a, d in DESIGNS.items() if a in set(df["algorithm"])}
 
 
+def figure_legend(fig, axes, foot: float = 0.0) -> float:
+    """One legend under all the panels, from every panel's labelled lines (each label once, in the
+    order drawn), above a footnote `foot` inches high; the figure grows by the legend's height.
+    Returns the share of the figure's height below the panels, for finish()."""
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    height = fig.get_figheight()
+    if not entries:
+        return foot / height
+    ncol = 2 if max(len(label) for label in entries) > 45 else 3
+    legend = 0.15 + 0.16 * math.ceil(len(entries) / ncol)  # inches: a row of 7-point text and its gap
+    fig.set_figheight(height + legend)
+    fig.legend(
+        list(entries.values()),
+        list(entries),
+        loc="lower center",
+        bbox_to_anchor=(0.5, foot / (height + legend)),
+        ncol=ncol,
+        fontsize=7,
+        frameon=False,
+    )
+    return (foot + legend) / (height + legend)
+
+
 def finish(fig, axes, title: str, path, legend: bool = True, bottom: float = 0) -> dict:
     """Title, save atomically and close; returns the figure's texts (title, axis labels, legend entries).
     `bottom`: the share of the figure's height kept free below the axes (for a footnote)."""
@@ -79,7 +106,10 @@ def finish(fig, axes, title: str, path, legend: bool = True, bottom: float = 0) 
         "title": title,
         "xlabels": [ax.get_xlabel() for ax in axes],
         "ylabels": [ax.get_ylabel() for ax in axes],
-        "legend": sorted({t.get_text() for ax in axes if ax.get_legend() for t in ax.get_legend().get_texts()}),
+        "legend": sorted(
+            {t.get_text() for ax in axes if ax.get_legend() for t in ax.get_legend().get_texts()}
+            | {t.get_text() for legend in fig.legends for t in legend.get_texts()}
+        ),
         # every labelled line's plotted points, so tests check the data drawn and not pixels
         "lines": {
             line.get_label(): [(float(x), float(y)) for x, y in zip(line.get_xdata(), line.get_ydata())]
