@@ -160,6 +160,7 @@ benchmark: setup
 	$(UNSET_OPENBLAS) python benchmarks/checkpoint.py
 	$(UNSET_OPENBLAS) python benchmarks/bench.py
 	$(UNSET_OPENBLAS) python benchmarks/cold_rows.py
+	$(UNSET_OPENBLAS) python benchmarks/warm_gemm.py
 	$(UNSET_OPENBLAS) python benchmarks/shared_cache.py
 	$(UNSET_OPENBLAS) python benchmarks/model_accuracy.py
 	$(UNSET_OPENBLAS) python benchmarks/recording.py

@@ -1,6 +1,6 @@
 """mpinet: a small fully connected network trained data-parallel over MPI."""
 
-__version__ = "0.9.0"
+__version__ = "0.10.0"
 
 
 class MpinetError(Exception):

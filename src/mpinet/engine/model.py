@@ -120,6 +120,18 @@ class Workspace:
         # [units, batch]: the transposed first layer, and some of its units (first_layer_units)
         self.first_t = np.empty((net.sizes[1], batch), dtype=dt)
         self.first_part = np.empty_like(self.first_t) if self.first_block else None
+        if self.first_block:
+            warm_gemm(net.sizes[1], batch, self.first_block, dt)
+
+
+def warm_gemm(units: int, batch: int, block: int, dtype) -> None:
+    """One GEMM of the blocked layer's shape with an inner size past its block, on zeros: with numpy's
+    OpenBLAS 0.3.31 (Haswell kernel on AMD EPYC) every GEMM with an inner size of 512 or less ran 2.2x
+    slower (float32, batch 32: 13.9 against 6.4 ms for the first layer) until the process had made one
+    with a larger inner size, which a run at batch 32 never does (benchmarks/warm_gemm.py). The
+    product is thrown away: no weight or result changes, only the time."""
+    k = 4 * block
+    np.matmul(np.zeros((units, k), dtype), np.zeros((batch, k), dtype).T)
 
 
 def _first_layer(w: np.ndarray, x: np.ndarray, z: np.ndarray, ws: Workspace) -> None:
