@@ -190,3 +190,13 @@ def test_compare_names_the_seed_and_refuses_two_studies_with_nothing_in_common(t
     table = compare(a, a.assign(median_epoch_s=a["median_epoch_s"] * 1.1))
     assert table["experiment"].str.endswith("seed=1").all()
     assert table["base_s_per_sample_a"].iloc[0] == pytest.approx(2.0 / 120)
+
+
+def test_an_auto_run_is_charged_its_experiment_s_trials_and_grouped_by_the_design_it_trained():
+    auto = [dict(r, trained_as="node", auto_trials_s=0.6) for r in _run("auto", 2, 4, 1.0)]
+    other = [dict(r, trained_as="allreduce", auto_trials_s=0.6) for r in _run("auto", 2, 4, 1.0, repeat=2)]
+    runs = _table(_run("serial", 1, 4, 2.0), auto, other)
+    run = runs.loc["auto-2-b4-s1-r1"]
+    assert run["median_epoch_s"] == 1.0 and run["charged_epoch_s"] == pytest.approx(1.2)  # 0.6 s over 3 epochs
+    assert run["speedup"] == pytest.approx(2.0 / 1.2) and run["speedup_ci_high"] == pytest.approx(2.0 / 1.2)
+    assert (runs.loc[["auto-2-b4-s1-r1", "auto-2-b4-s1-r2"], "ci_launches"] == 1).all()  # two designs: apart

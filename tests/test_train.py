@@ -177,6 +177,40 @@ def test_auto_trains_with_the_design_its_trial_chose_and_gives_its_weights(tmp_p
     assert weights(tmp_path / "auto").tobytes() == weights(tmp_path / "chosen").tobytes()
 
 
+@pytest.mark.mpi
+def test_auto_decides_once_per_experiment_and_every_launch_trains_that_design(tmp_path):
+    """The first launch of an auto experiment records its choice beside the experiment's runs; its other
+    launches (another repeat, another seed) train that design without trials and give the first's
+    weights; a recorded choice is what trains, whatever a trial would pick."""
+    data = write_dataset(tmp_path / "d", n_train=61, n_test=10, dim=200)
+    experiment = tmp_path / "runs" / "algorithm~auto" / "ranks~2"
+    first, second = experiment / "seed~1" / "repeat~1", experiment / "seed~1" / "repeat~2"
+    run_train(2, *_args(data, first, "--algorithm", "auto"))
+    record = json.loads((experiment / "auto_choice.json").read_text())
+    meta = json.loads((first / "run.json").read_text())
+    assert meta["design"] == record["design"] and not meta["auto_choice"]["reused"]
+    assert meta["auto_trials_s"] == record["trials_s"] > 0 and set(record["trial_step_s"]) >= {"allreduce", "node"}
+    run_train(2, *_args(data, second, "--algorithm", "auto"))
+    again = json.loads((second / "run.json").read_text())
+    assert again["design"] == record["design"] and again["auto_choice"]["reused"] and again["auto_trials_s"] == 0
+    assert weights(first).tobytes() == weights(second).tobytes()
+    forced = tmp_path / "forced" / "algorithm~auto" / "ranks~2"
+    forced.mkdir(parents=True)
+    (forced / "auto_choice.json").write_text(json.dumps({"design": "allgather", "trials_s": 0.5}))
+    run_train(2, *_args(data, forced / "seed~1" / "repeat~1", "--algorithm", "auto"))
+    run_train(2, *_args(data, tmp_path / "allgather", "--algorithm", "allgather"))
+    assert json.loads((forced / "seed~1" / "repeat~1" / "run.json").read_text())["design"] == "allgather"
+    assert weights(forced / "seed~1" / "repeat~1").tobytes() == weights(tmp_path / "allgather").tobytes()
+
+
+def test_an_auto_choice_is_kept_at_the_experiment_level_of_a_study_s_run_path():
+    from mpinet.layout import auto_choice_path
+
+    run = "results/runs/iris/algorithm~auto/ranks~2/batch_size~4/seed~3/repeat~2"
+    assert str(auto_choice_path(run)) == "results/runs/iris/algorithm~auto/ranks~2/batch_size~4/auto_choice.json"
+    assert auto_choice_path("/tmp/my-run") is None  # a hand-started run decides alone
+
+
 def test_auto_chooses_among_the_designs_the_options_allow():
     from mpinet.engine.planner import candidates
 

@@ -47,6 +47,19 @@ class RunPaths:
         return self.dir / RECORD_FILE
 
 
+AUTO_CHOICE_FILE = "auto_choice.json"
+
+
+def auto_choice_path(run_dir: str | Path) -> Path | None:
+    """Where `auto`'s choice for a run's experiment is kept, shared by its seeds and launches: beside
+    them, in the experiment's directory (a run's path ends .../seed~S/repeat~R); None for a run
+    directory laid out otherwise (a hand-started run decides alone)."""
+    run_dir = Path(run_dir)
+    if run_dir.name.startswith("repeat~") and run_dir.parent.name.startswith("seed~"):
+        return run_dir.parent.parent / AUTO_CHOICE_FILE
+    return None
+
+
 def study_dir(study: str) -> Path:
     return Path(RESULTS_ROOT, study)
 

@@ -15,10 +15,12 @@ from mpinet import MpinetError
 from mpinet.datasets import dataset
 from mpinet.engine.checkpoint import Store, keep_run_record, kept_timeline, remove_checkpoint, run_record
 from mpinet.engine.comm import Comm, world
-from mpinet.engine.designs import AUTO
-from mpinet.engine.loop import train
+from mpinet.engine.designs import AUTO, EXCHANGES
+from mpinet.engine.loop import choose_design, train
 from mpinet.engine.options import ALGORITHMS, Options, option_flag
 from mpinet.engine.runfiles import run_metadata, run_timeline, write_outputs
+from mpinet.files import write_json
+from mpinet.layout import auto_choice_path
 
 # one-at-a-time: the workflow ran no other training job beside this one (local runs);
 # exclusive-node: SLURM gave the job whole nodes; shared: neither; unknown: started by hand
@@ -130,8 +132,14 @@ def _train_and_record(args: argparse.Namespace, opts: Options, comm: Comm, log) 
     started, load_start = _now(), os.getloadavg()[0]
     ck = Path(args.checkpoint) if args.checkpoint else None
     store = Store(ck, args.checkpoint_seconds, log) if ck is not None else None
-    result = train(arrays, opts, comm, store, log)
+    chosen, choice = auto_choice(args.out, opts, arrays, comm)
+    result = train(arrays, opts, comm, store, log, chosen=chosen)
+    if choice:  # what choosing cost: this launch's trials (none when it reused the experiment's choice)
+        result.trial_step_s, result.trials_s = choice["trial_step_s"], 0.0 if choice["reused"] else choice["trials_s"]
     meta = run_metadata(comm, opts, args.data, arrays, args.launcher, result)
+    if opts.algorithm == AUTO:
+        meta["auto_trials_s"] = result.trials_s
+        meta["auto_choice"] = choice or {"design": result.design, "trials_s": result.trials_s, "reused": False}
     meta["train_seconds"] = time.perf_counter() - t0
     # whether anything else could have run beside this job, and how busy the machine was
     meta["timing"] = {
@@ -159,6 +167,39 @@ def _train_and_record(args: argparse.Namespace, opts: Options, comm: Comm, log) 
     if ck is not None and not keep:
         remove_checkpoint(ck)
     log(f"wrote {args.out}")
+
+
+def auto_choice(out: str, opts: Options, arrays, comm: Comm) -> tuple[str, dict]:
+    """`auto`'s design for this launch, decided once per experiment: the choice an earlier launch (another
+    seed or repeat, or this run before a restart) recorded beside it (mpinet.layout.auto_choice_path),
+    else chosen now and recorded for the others. ("", {}) when the run is not auto or not in a study's
+    layout (it then decides alone). Rank 0 reads the record; every rank gets its design."""
+    path = auto_choice_path(out) if opts.algorithm == AUTO else None
+    if path is None:
+        return "", {}
+    record = _read_choice(path) if comm.rank == 0 else {}
+    designs = list(EXCHANGES)
+    index = int(comm.max(float(designs.index(record["design"]) if record.get("design") in designs else -1)))
+    if index >= 0:
+        design = designs[index]
+        return design, {"trial_step_s": {}, "trials_s": 0.0, **record, "design": design, "reused": True}
+    design, trials, seconds = choose_design(arrays, opts, comm)
+    record = {"design": design, "trial_step_s": trials, "trials_s": seconds, "decided_by": str(out), "date": _now()}
+    if comm.rank == 0 and not path.exists():  # two first launches at once: the last write wins the record
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, record)
+    return design, {**record, "reused": False}
+
+
+def _read_choice(path: Path) -> dict:
+    """A recorded auto choice, or {} (none yet, or unreadable: then this launch decides anew)."""
+    import json
+
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _abort(comm) -> None:

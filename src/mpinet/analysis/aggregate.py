@@ -44,12 +44,13 @@ def read_runs(runs: list[dict]) -> tuple[pd.DataFrame, list[tuple[str, dict]]]:
         m["cores"] = meta.get("cores", 0)
         m["nodes"] = len(meta.get("hosts", [])) or 1  # the hosts the ranks ran on, not the ones asked for
         m["trained_as"] = trained_as(meta, run["algorithm"])
+        m["auto_trials_s"] = auto_trials(meta) if run["algorithm"] == "auto" else np.nan
         m["timed_by"] = timing_engine(meta)
         m["run_dir"] = str(d)
         frames.append(m)
     # train_samples: the experiment key (0: all); trained_samples: the samples the run trained on
     front = [*PARAMS, "run_dir", "trained_samples", "features", "classes", "isolation", "nodes"]
-    front += ["trained_as", "timed_by"]
+    front += ["trained_as", "timed_by", "auto_trials_s"]
     front = list(dict.fromkeys(front))
     front.append("cores")
     df = pd.concat(frames, ignore_index=True)
@@ -61,6 +62,14 @@ def trained_as(meta: dict, algorithm: str) -> str:
     ("grid 2x4": groups x shards); the algorithm itself for runs recorded before 0.8.0."""
     grid = meta.get("grid")
     return meta.get("design", algorithm) + (f" {grid['groups']}x{grid['shards']}" if grid else "")
+
+
+def auto_trials(meta: dict) -> float:
+    """What choosing cost an auto run's experiment: the trials of the launch that decided (every launch
+    of the experiment trains that choice and is charged it); NaN for runs before 0.10.0, which kept
+    only each candidate's time a step."""
+    choice = meta.get("auto_choice") or {}
+    return float(choice.get("trials_s", np.nan))
 
 
 def timing_engine(meta: dict) -> str:
@@ -108,7 +117,8 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
     runs = add_bases(pd.DataFrame(rows))  # a speedup divides two timings of one engine (the keys say so)
     runs["timing_mixed"] = mixed_engines(runs)
     # spread between separate launches of the same experiment (repeats) timed by one engine: (max - min) / median
-    same = [c for c in PARAMS if c != "repeat"] + ["timed_by"]
+    # one experiment's launches timed by one engine that trained one design (auto's choice)
+    same = [c for c in PARAMS if c != "repeat"] + ["timed_by", "trained_as"]
     t = runs.groupby(same, sort=False)["median_epoch_s"]
     runs["launch_spread"] = ((t.transform("max") - t.transform("min")) / t.transform("median")).where(
         t.transform("size") > 1
@@ -178,6 +188,7 @@ def run_row(run_dir: str, g: pd.DataFrame, target_accuracy: float) -> dict:
         "median_transfer_s": _median_of(timed, "transfer_s"),
         "nodes": first.get("nodes", 1),
         "trained_as": first.get("trained_as", first["algorithm"]),
+        "auto_trials_s": first.get("auto_trials_s", np.nan),
         "timed_by": first.get("timed_by", "unknown"),
         "isolated": first.get("isolation", "unknown") in ISOLATED,
         # more ranks x threads than the hosts had cores: no speedup can be expected
@@ -228,7 +239,8 @@ def add_intervals(runs: pd.DataFrame, timed: dict, group: list[str]) -> pd.DataF
     values = []
     for _, rows in runs.groupby(group, sort=False, dropna=False):
         launches = [timed[d] for d in rows["run_dir"]]
-        mine = bootstrap_medians(launches, seed=SEED + 1)
+        # an auto run is charged its experiment's trials, spread over its epochs (baselines.charged_epoch_s)
+        mine = bootstrap_medians(launches, seed=SEED + 1) + _trials_per_epoch(rows.iloc[0])
         first = rows.iloc[0]
         best = (first["_best"], first["best_serial_batch"], first["best_serial_seed"])
         ratio = _over(timed, by_key.get(first["_baseline"], []), mine)
@@ -248,6 +260,11 @@ def add_intervals(runs: pd.DataFrame, timed: dict, group: list[str]) -> pd.DataF
         values += [(i, row) for i in rows.index]
     table = pd.DataFrame([v for _, v in values], index=[i for i, _ in values])
     return runs.join(table)
+
+
+def _trials_per_epoch(run: pd.Series) -> float:
+    trials = run.get("auto_trials_s", np.nan)
+    return 0.0 if pd.isna(trials) else float(trials) / int(run["epochs"])
 
 
 def _over(timed: dict, dirs: list[str], mine: np.ndarray) -> np.ndarray:
@@ -272,7 +289,7 @@ def unsettled(launches: list[np.ndarray]) -> bool:
 def summarize_seeds(runs: pd.DataFrame, epochs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Mean and standard deviation over the seeds of each configuration; with the epochs, the 95 %
     intervals of each configuration over all its seeds' launches and epochs."""
-    keys = [c for c in PARAMS if c not in LAUNCH]
+    keys = [c for c in PARAMS if c not in LAUNCH] + ["trained_as"]
     measures = [
         "final_test_accuracy",
         "best_test_accuracy",

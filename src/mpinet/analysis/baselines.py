@@ -51,22 +51,31 @@ def add_bases(runs: pd.DataFrame) -> pd.DataFrame:
     (_baseline, _global_baseline, _best: removed by the caller once the intervals are drawn)."""
     runs = base_keys(runs.assign(global_batch=global_batches(runs)))
     weak = runs["samples_per_rank"] > 0
-    runs["s_per_sample"] = runs["median_epoch_s"] / runs["trained_samples"]
+    runs["charged_epoch_s"] = charged_epoch_s(runs)
+    runs["s_per_sample"] = runs["charged_epoch_s"] / runs["trained_samples"]
     serial = runs[serial_runs(runs)]
     g = serial.groupby("_baseline")
     base = pd.DataFrame({"serial_epoch_s": g["median_epoch_s"].mean(), "serial_isolated": g["isolated"].all()})
     base["serial_cpu_share"] = g["cpu_share"].min()
     runs = runs.merge(base, left_on="_baseline", right_index=True, how="left")
-    ratio = runs["serial_epoch_s"] / runs["median_epoch_s"]
+    ratio = runs["serial_epoch_s"] / runs["charged_epoch_s"]
     runs["speedup"] = ratio.where(~weak)
     # weak scaling: epoch time of 1 rank with K samples / epoch time of P ranks with P·K samples
     runs["weak_efficiency"] = ratio.where(weak)
     runs["serial_s_per_sample"] = runs["serial_epoch_s"] / runs["trained_samples"]
     same_updates = runs["_global_baseline"].map(g["median_epoch_s"].mean())
     runs["global_serial_s_per_sample"] = same_updates / runs["trained_samples"]
-    runs["global_speedup"] = same_updates / runs["median_epoch_s"]
+    runs["global_speedup"] = same_updates / runs["charged_epoch_s"]
     runs["global_efficiency"] = runs["global_speedup"] / runs["ranks"]
     return _add_best_serial(runs, serial)
+
+
+def charged_epoch_s(runs: pd.DataFrame) -> pd.Series:
+    """The epoch time a speedup divides by: the median epoch, plus for an `auto` run its experiment's
+    trials spread over its epochs (what choosing cost is part of what auto costs); runs recorded before
+    0.10.0 kept no trial time and are charged none."""
+    trials = runs["auto_trials_s"] if "auto_trials_s" in runs else pd.Series(np.nan, index=runs.index)
+    return runs["median_epoch_s"] + trials.fillna(0.0) / runs["epochs"]
 
 
 def base_keys(runs: pd.DataFrame) -> pd.DataFrame:

@@ -48,6 +48,9 @@ def labelled(df: pd.DataFrame) -> pd.DataFrame:
     """Add a readable design name and the variant: the other parameters the sweeps vary, as 'lr=0.3, …'."""
     df = df.copy()
     df["design"] = df["algorithm"].map({a: d.name for a, d in DESIGNS.items()})
+    if "trained_as" in df:  # auto drawn as what it trained: "auto → node"
+        auto = df["algorithm"] == "auto"
+        df.loc[auto, "design"] = "auto → " + df.loc[auto, "trained_as"].astype(str)
     columns = varying(df)  # each value set of the parameters the sweeps vary is its own curve
     df["variant"] = ""
     if columns:

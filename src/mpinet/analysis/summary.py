@@ -135,7 +135,7 @@ def headline_rows(runs: pd.DataFrame) -> list[tuple]:
             if column not in d:
                 continue
             timed = d[ok[d.index] & d[column].notna()]
-            for algorithm, g in timed.groupby("algorithm", sort=False):
+            for algorithm, g in timed.groupby(_design_shown(timed), sort=False):
                 best = _best_group(g, column)
                 cells = (key[0], variant, axis, algorithm, int(best["ranks"]), _batch(best))
                 speed = f"{best[column]:.2f}{_ci(best, column)}"
@@ -154,6 +154,13 @@ def headline_rows(runs: pd.DataFrame) -> list[tuple]:
                     )
                 )
     return out
+
+
+def _design_shown(runs: pd.DataFrame) -> pd.Series:
+    """The design as the headline names it: auto with what it trained ("auto → node")."""
+    if "trained_as" not in runs:
+        return runs["algorithm"]
+    return runs["algorithm"].where(runs["algorithm"] != "auto", "auto → " + runs["trained_as"].astype(str))
 
 
 def _best_group(g: pd.DataFrame, column: str) -> pd.Series:

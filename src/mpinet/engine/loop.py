@@ -82,30 +82,33 @@ class Result:
     first_layer: str = ""  # this rank's plan of the first layer's GEMM (mpinet.engine.model.first_layer_plan)
     design: str = ""  # the design trained with: opts.algorithm, or what auto chose
     trial_step_s: dict = field(default_factory=dict)  # auto's candidates' seconds a step (mpinet.engine.planner)
+    trials_s: float = 0.0  # auto's seconds choosing in this launch (its trials; 0 when it reused a choice)
     fused: bool = False  # the update folded into a GEMM (Exchange.fused_update)
     layout: dict = field(default_factory=dict)  # how the design laid its ranks out (Exchange.describe)
 
 
-def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=None) -> Result:
+def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=None, chosen: str = "") -> Result:
     """Train on `arrays` with the design in opts.algorithm over `comm`; every rank calls this.
 
     `store` (rank 0's mpinet.engine.checkpoint.Store, or None) resumes the run from a checkpoint of this
-    very run and is offered the weights after every epoch.
+    very run and is offered the weights after every epoch. `chosen`: for `auto`, the design already
+    chosen (choose_design, here or by an earlier launch of the experiment; every rank passes the same).
     """
     log = log or (lambda msg: None)
     check_options(opts, comm.size, len(arrays.train_y), len(arrays.classes))
-    # plain ndarray views of the memory maps: every slice of an np.memmap runs Python code
-    # (memmap.__array_finalize__), about 20 a step at batch 4
-    arrays = replace(arrays, **{k: np.asarray(getattr(arrays, k)) for k in ("train_x", "train_y", "test_x", "test_y")})
-    trials = {}
+    arrays = _plain(arrays)
+    trials, trials_s = {}, 0.0
     if opts.algorithm == AUTO:
-        design, trials = planner.choose(arrays, opts, comm, _Run.start)
+        if not chosen:
+            chosen, trials, trials_s = choose_design(arrays, opts, comm)
         steps = ", ".join(f"{d} {1e3 * t:.3f} ms" for d, t in trials.items())
-        log(f"auto chose {design}" + (f" (a step: {steps})" if trials else " (one rank)"))
-        opts = replace(opts, algorithm=design)
+        log(f"auto trains {chosen}" + (f" (a step: {steps})" if trials else ""))
+        opts = replace(opts, algorithm=chosen)
     run = _Run.start(arrays, opts, comm)
-    result = Result(run.params, run.net, first_layer=run.ws.plan.describe(), design=opts.algorithm, trial_step_s=trials)
-    result.fused, result.layout = run.exchange.fused_update, run.exchange.describe()
+    plan = run.ws.plan.describe()
+    result = Result(
+        run.params, run.net, first_layer=plan, design=opts.algorithm, trial_step_s=trials, trials_s=trials_s
+    )
     start_epoch = 0
     if store is not None and comm.rank == 0:
         start_epoch, result.metrics = store.resume(opts, arrays, comm.size, run.params)
@@ -144,6 +147,20 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=Non
     result.params = np.array(run.params)  # this rank's own copy: a design's shared memory is released
     run.exchange.close()
     return result
+
+
+def choose_design(arrays: dataset.Arrays, opts: Options, comm: Comm) -> tuple[str, dict, float]:
+    """`auto`'s choice on these ranks (mpinet.engine.planner): the design, each candidate's seconds a
+    step, and the seconds choosing took (the slowest rank's). On one rank: serial, without trials."""
+    t0 = time.perf_counter()
+    design, trials = planner.choose(_plain(arrays), opts, comm, _Run.start)
+    return design, trials, comm.max(time.perf_counter() - t0)
+
+
+def _plain(arrays: dataset.Arrays) -> dataset.Arrays:
+    """Plain ndarray views of the memory maps: every slice of an np.memmap runs Python code
+    (memmap.__array_finalize__), about 20 a step at batch 4."""
+    return replace(arrays, **{k: np.asarray(getattr(arrays, k)) for k in ("train_x", "train_y", "test_x", "test_y")})
 
 
 @dataclass
