@@ -56,6 +56,7 @@ from mpinet.launch.slurm import TrainingJob, check_fits, partitions, training_me
 from mpinet.datasets.sources import local_inputs, prepare_options, source_digest
 from mpinet.study.config import check_study
 from mpinet.study.experiments import COLUMNS, dropped_lines
+from mpinet.study.oversubscription import oversubscription_lines
 from mpinet.study.grid import Grid
 from mpinet.study.status import failures, study_name
 from mpinet.analysis.summary import end_of_run
@@ -71,6 +72,10 @@ try:
 except MpinetError as e:
     raise WorkflowError(str(e)) from None
 for line in dropped_lines(EXPERIMENTS):
+    print(f"config: {line}", file=sys.stderr)
+# more ranks than this machine's cores, said once (on SLURM, which its profile's pools mean, its nodes run the jobs)
+FOR_SLURM = "SLURM_JOB_ID" in os.environ or bool(workflow.group_settings.group_components)
+for line in oversubscription_lines(EXPERIMENTS, None if FOR_SLURM else os.cpu_count()):
     print(f"config: {line}", file=sys.stderr)
 CONFIGFILES = workflow.config_settings.configfiles or [DEFAULT_CONFIG]
 DEFINITIONS = definitions(config, CONFIGFILES)

@@ -1,0 +1,30 @@
+"""A plan that puts more processes on this machine than it has cores: allowed (each run records its
+cores and the figures mark it oversubscribed), and said once when the workflow plans it."""
+
+import pandas as pd
+
+SHOWN = 6  # kinds of experiment the line names; past that it counts the rest
+
+
+def oversubscription_lines(experiments: pd.DataFrame, cores: int | None) -> list[str]:
+    """One line naming the experiments whose ranks × BLAS threads exceed `cores` (the runs that
+    runs.csv's `oversubscribed` will mark), by dataset, design and ranks; none when all fit or when
+    `cores` is None (the jobs run elsewhere, on SLURM)."""
+    if not cores:
+        return []
+    over = experiments[experiments["ranks"] * experiments["blas_threads"] > cores]
+    if over.empty:
+        return []
+    kinds = over.drop_duplicates(["dataset", "algorithm", "ranks", "blas_threads"])
+    names = [_kind(row) for row in kinds.to_dict("records")]
+    more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    n = len(over)
+    return [
+        f"{n} experiment{'s' if n != 1 else ''} put more ranks than this machine's {cores} cores on it: "
+        f"{', '.join(names[:SHOWN])}{more}; they run oversubscribed, and the figures mark them"
+    ]
+
+
+def _kind(row: dict) -> str:
+    threads = f" × {row['blas_threads']} BLAS threads" if row["blas_threads"] > 1 else ""
+    return f"{row['dataset']} {row['algorithm']} {row['ranks']} ranks{threads}"
