@@ -657,6 +657,27 @@ def test_the_wait_for_a_slow_rank_is_told_apart_from_moving_bytes_in_the_metrics
     assert (m["transfer_max_s"] <= m["comm_s"] * 2 + 1e-9).all()
 
 
+@pytest.mark.mpi
+def test_node_counts_its_update_as_compute_and_its_barriers_as_communication(small_dataset, tmp_path):
+    """node's first-layer update runs inside its exchange: a delay put into that update on every rank
+    lands in compute_s, not in comm_s (the split rule of every other design: kernels are compute)."""
+    delay, steps = 0.05, 60 // 4  # 60 samples, a global batch of 2 x 2
+    code = (
+        "import sys, time\n"
+        "from mpinet import train as cli\n"
+        "from mpinet.engine import nodeshared\n"
+        "update = nodeshared.NodeShared._update_columns\n"
+        f"nodeshared.NodeShared._update_columns = lambda *a: (time.sleep({delay}), update(*a))[1]\n"
+        f"sys.exit(cli.main(['--data', '{small_dataset}', '--out', '{tmp_path / 'o'}', "
+        "'--algorithm', 'node', '--epochs', '2', '--batch-size', '2']))\n"
+    )
+    p = subprocess.run([*mpiexec_argv(2), sys.executable, "-c", code], capture_output=True, text=True, env=env())
+    assert p.returncode == 0, p.stderr[-2000:]
+    m = pd.read_csv(tmp_path / "o" / "metrics.csv")
+    assert (m["compute_s"] >= steps * delay).all(), m  # every step's delayed update, on every rank
+    assert (m["comm_s"] < steps * delay / 2).all(), m  # the barriers and writes alone
+
+
 def test_a_serial_run_waits_for_nobody(small_dataset, tmp_path):
     run_train(None, *_args(small_dataset, tmp_path / "s"))
     m = pd.read_csv(tmp_path / "s" / "metrics.csv")

@@ -123,6 +123,7 @@ class NodeShared(FirstLayerFactors):
         self.segments[self.local][...] = grads[self.first :]
         self._sync()  # every rank's D and rest are in the window
         self._across_nodes(offsets, f.counts)
+        computed = time.perf_counter()  # from here to the last barrier: this rank's update, compute
         rest = slice(self.part.start - self.first, self.part.stop - self.first)
         if self.total.size:  # several nodes: the leaders' sum over every node
             acc = self.total[rest]
@@ -133,9 +134,12 @@ class NodeShared(FirstLayerFactors):
                 acc += segment[rest]
         params[self.part] -= acc
         self._update_columns(w, f, n)
+        updated = time.perf_counter()
         self._sync()  # every rank reads the new weights
-        self.comm.seconds += time.perf_counter() - t
-        self.comm.bytes_sent += f.d.nbytes + grads[self.first :].nbytes
+        # the exchange: the writes into the window, the barriers and the leaders' traffic; the update
+        # between them is the step's compute (its first layer's GEMM), as in every other design
+        self.comm.seconds += time.perf_counter() - t - (updated - computed)
+        self.comm.bytes_sent += f.d.nbytes + grads[self.first :].nbytes + self._leader_bytes(f.counts)
 
     def close(self) -> None:
         """Free the window and the communicators (collective: every rank calls it once, after training)."""
@@ -197,6 +201,14 @@ class NodeShared(FirstLayerFactors):
             mpi_type = MPI.FLOAT if self.d_all.dtype == np.float32 else MPI.DOUBLE
             self.leaders.Allgatherv(MPI.IN_PLACE, [self.d_all, sizes, starts, mpi_type])
         self._sync()
+
+    def _leader_bytes(self, counts: list[int]) -> int:
+        """What this rank sends between nodes a step: a leader its node's sum of the rests
+        (Allreduce) and its node's block of D (Allgatherv); nothing on one node or off the leaders."""
+        if self.nodes == 1 or self.leaders is None:
+            return 0
+        mine = next(block for block in self.blocks if self.comm.rank in block)
+        return self.total.nbytes + sum(counts[r] for r in mine) * self.d_all.shape[1] * self.d_all.itemsize
 
     def _sync(self) -> None:
         """A barrier of the node's ranks that also orders their reads and writes of the window."""
