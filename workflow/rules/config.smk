@@ -73,9 +73,12 @@ except MpinetError as e:
     raise WorkflowError(str(e)) from None
 for line in dropped_lines(EXPERIMENTS):
     print(f"config: {line}", file=sys.stderr)
-# more ranks than this machine's cores, said once (on SLURM, which its profile's pools mean, its nodes run the jobs)
-FOR_SLURM = "SLURM_JOB_ID" in os.environ or bool(workflow.group_settings.group_components)
-for line in oversubscription_lines(EXPERIMENTS, None if FOR_SLURM else os.cpu_count()):
+# more ranks than this machine's cores: said once, by the main process (not a `run:` job's), and
+# not for SLURM (which its profile's pools mean), whose nodes run the jobs
+LOCAL_PLAN = workflow.is_main_process and not (
+    "SLURM_JOB_ID" in os.environ or workflow.group_settings.group_components
+)
+for line in oversubscription_lines(EXPERIMENTS, os.cpu_count() if LOCAL_PLAN else None):
     print(f"config: {line}", file=sys.stderr)
 CONFIGFILES = workflow.config_settings.configfiles or [DEFAULT_CONFIG]
 DEFINITIONS = definitions(config, CONFIGFILES)
