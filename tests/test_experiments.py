@@ -65,7 +65,11 @@ def test_train_arguments_carry_every_parameter():
         ({"dataset": "iris", "algorithm": "gossip"}, r"experiments\[0\].algorithm: unknown 'gossip'"),
         ({"dataset": "iris", "batch_size": 0}, r"experiments\[0\].batch_size must be a positive integer, got 0"),
         ({"dataset": "iris", "learning_rate": -1}, r"experiments\[0\].learning_rate must be positive, got -1"),
-        ({"dataset": "iris", "colour": "red"}, r"experiments\[0\]: unknown key\(s\) colour"),
+        ({"dataset": "iris", "colour": "red"}, r"experiments\[0\].colour: unknown key; expected one of dataset,"),
+        (
+            {"dataset": "iris", "global_batc": 8},
+            r"experiments\[0\].global_batc: unknown key; did you mean global_batch\?",
+        ),
         ({"dataset": "iris", "algorithm": "paramserver", "ranks": 1}, r"experiments\[0\]: no runnable combination"),
     ],
 )

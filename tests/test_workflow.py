@@ -185,8 +185,8 @@ def test_a_subset_trains_only_its_experiments_and_one_larger_than_the_data_stops
         lines = [x for x in (p.stdout + p.stderr).splitlines() if "train_samples 5000" in x]
         n_train = json.loads((workdir / "resources/data/iris/summary.json").read_text())["shapes"]["train_x"][0]
         assert lines == [
-            f"config: experiments: dataset iris, serial on 1 rank: train_samples 5000 is more than the {n_train} "
-            "training samples of the data"
+            "config/test.yaml: experiments: dataset iris, serial on 1 rank: train_samples 5000 is more than the "
+            f"{n_train} training samples of the data"
         ], p.stderr[-2000:]
         assert "Traceback" not in p.stdout + p.stderr
     finally:
@@ -409,7 +409,7 @@ def test_a_bad_config_fails_before_any_job_with_one_line_naming_the_key(tmp_path
     write_config(wd, cfg)
     p = snakemake(wd, check=False, timeout=120)
     assert p.returncode != 0
-    assert "config: experiments[0].dataset: 'mnist' is not defined" in p.stdout + p.stderr
+    assert "config/test.yaml: experiments[0].dataset: 'mnist' is not defined" in p.stdout + p.stderr
     assert not (wd / "results").exists() and not (wd / "resources").exists()
 
 

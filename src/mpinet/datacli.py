@@ -7,10 +7,12 @@
 Commands rather than Snakemake scripts: a shell rule reruns when its command's text changes and a
 script rule whenever its script file is touched, so these jobs rerun only when their parameters
 or their code fingerprint (mpinet.fingerprints) change. This module is in no fingerprint: a help
-text here refetches nothing. Errors are one line, `mpinet.datacli: error: ...`, and exit 1.
+text here refetches nothing. Errors are one line, `mpinet.datacli: error: ...`, and exit 1 (2 for
+bad --options: not JSON, or a key no reader knows).
 """
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -73,7 +75,33 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"{PROG}: error: --options is not JSON ({e})", file=sys.stderr)
         return 2
+    if message := options_error(options):
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 2
     return run_command(PROG, prepare_dataset, a.raw_dir, a.out_dir, a.format, options, a.source, workers=a.workers)
+
+
+def option_keys() -> tuple[str, ...]:
+    """The keys --options may hold: a dataset's config keys but its source (what the workflow passes,
+    mpinet.datasets.sources.prepare_options), taken from the readers that use them."""
+    from mpinet.datasets import csvdata, images
+
+    return ("format", "sha256", *csvdata.DEFAULTS, *csvdata.READING_KEYS, *images.DEFAULTS)
+
+
+def options_error(options) -> str | None:
+    """Why --options cannot be a dataset's options (not a JSON object, or a key no reader knows, with
+    its close match), or None."""
+    if not isinstance(options, dict):
+        return f'--options is not a JSON object ({type(options).__name__}); expected {{"key": value, ...}}'
+    known = list(dict.fromkeys(option_keys()))
+    unknown = []
+    for key in (k for k in options if k not in known):
+        match = difflib.get_close_matches(key, known, n=1)
+        unknown.append(f"{key} (did you mean {match[0]}?)" if match else key)
+    if unknown:
+        return f"--options: unknown key(s) {', '.join(unknown)}; expected {', '.join(known)}"
+    return None
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ from mpinet.engine.checkpoint import remove_finished
 from mpinet.engine.options import ALGORITHMS
 from mpinet.launch.slurm import TrainingJob, check_fits, partitions, training_mem_per_cpu
 from mpinet.datasets.sources import local_inputs, prepare_options, source_digest
-from mpinet.study.config import check_study
+from mpinet.study.config import check_study, config_source
 from mpinet.study.experiments import COLUMNS, dropped_lines
 from mpinet.study.oversubscription import oversubscription_lines
 from mpinet.study.grid import Grid
@@ -64,13 +64,21 @@ from mpinet.study.leftovers import RECORD as LEFTOVERS_RECORD, write_record
 from mpinet.study.definitions import RECORD as DATASETS_RECORD
 from mpinet.study.definitions import check_definitions, definitions, write_definitions
 
-# One line naming the key for a bad config (mpinet.study.config); Snakemake's own validate then
+# A bad config: one line per problem naming the config file and the key (mpinet.study.config),
+# printed as it is and exit 1, with no WorkflowError frame around it; Snakemake's own validate then
 # fills in the defaults.
 SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
+CONFIGFILES = workflow.config_settings.configfiles or [DEFAULT_CONFIG]
 try:
-    EXPERIMENTS = check_study(config, SCHEMA, lambda d: dataset.prepared_size(f"{DATA_ROOT}/{d}"))
+    EXPERIMENTS = check_study(
+        config,
+        SCHEMA,
+        lambda d: dataset.prepared_size(f"{DATA_ROOT}/{d}"),
+        source=config_source(CONFIGFILES),
+    )
 except MpinetError as e:
-    raise WorkflowError(str(e)) from None
+    print(e, file=sys.stderr)
+    sys.exit(1)
 for line in dropped_lines(EXPERIMENTS):
     print(f"config: {line}", file=sys.stderr)
 # more ranks than this machine's cores: said once, by the main process (not a `run:` job's), and
@@ -80,7 +88,6 @@ LOCAL_PLAN = workflow.is_main_process and not (
 )
 for line in oversubscription_lines(EXPERIMENTS, os.cpu_count() if LOCAL_PLAN else None):
     print(f"config: {line}", file=sys.stderr)
-CONFIGFILES = workflow.config_settings.configfiles or [DEFAULT_CONFIG]
 DEFINITIONS = definitions(config, CONFIGFILES)
 validate(config, schema=SCHEMA)
 
@@ -102,4 +109,5 @@ STUDY_DIR = str(study_dir(STUDY))
 try:  # one dataset name, one definition among the studies that ran here (mpinet.study.definitions)
     check_definitions(STUDY, DEFINITIONS, RESULTS_ROOT)
 except MpinetError as e:
-    raise WorkflowError(f"config: {e}") from None
+    print(f"config: {e}", file=sys.stderr)
+    sys.exit(1)

@@ -2,23 +2,27 @@
 the references, each refusal one line naming the key (`config: ...`). The workflow and
 `make leftovers` call check_study; the tests call it per bad config instead of starting Snakemake."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
 from mpinet import MpinetError
 from mpinet.datasets.sources import source_error
-from mpinet.study.experiments import COLUMNS, check_sizes, expand_sweeps, hidden_text
+from mpinet.study.experiments import COLUMNS, check_sizes, close_match, expand_sweeps, hidden_text, unknown_keys
 
 MEASURES = ("speedup", "efficiency", "weak_efficiency", "median_epoch_s")
 SELECTORS = ("dataset", *(c for c in COLUMNS if c != "repeat"))
 TOLERANCE = 0.1
 
 
-def check_study(config: dict, schema_path, prepared_size) -> pd.DataFrame:
-    """The study's experiments table, or MpinetError naming the key that cannot work;
+def check_study(config: dict, schema_path, prepared_size, source: str = "config") -> pd.DataFrame:
+    """The study's experiments table, or MpinetError naming the key that cannot work, one line per
+    problem, each `<source>: <key>: ...` (source: the config file, as config_source names it);
     prepared_size(dataset) gives a prepared dataset's (samples, classes), or None."""
-    if message := config_error(config, schema_path):
-        raise MpinetError(message)
+    if problems := schema_problems(config, schema_path):
+        raise MpinetError("\n".join(f"{source}: {p}" for p in problems))
     try:
         for name, entry in config["datasets"].items():
             if message := source_error(name, entry):
@@ -29,33 +33,52 @@ def check_study(config: dict, schema_path, prepared_size) -> pd.DataFrame:
         check_sizes(experiments, prepared_size)
         check_selects(config.get("references"), experiments)
     except MpinetError as e:
-        raise MpinetError(f"config: {e}") from None
+        raise MpinetError(f"{source}: {e}") from None
     return experiments
 
 
+def config_source(configfiles: list) -> str:
+    """The config file a study's keys come from, as the user named it (relative to the working
+    directory where it lies inside; of several, the last, whose keys win)."""
+    if not configfiles:
+        return "config"
+    path = Path(configfiles[-1])
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def config_error(config: dict, schema_path) -> str | None:
-    """The most relevant schema violation of config as one line naming the key, or None if valid."""
+    """The config's schema violations as one line (`config: ...`, joined by '; '), or None if valid."""
+    problems = schema_problems(config, schema_path)
+    return f"config: {'; '.join(problems)}" if problems else None
+
+
+def schema_problems(config: dict, schema_path) -> list[str]:
+    """Every schema violation of config, one phrase each naming the key path as written
+    (`experiments[2].learnin_rate: unknown key; did you mean learning_rate?`): every unknown key,
+    and for each other violation the most relevant reason, with a close match where one helps."""
     import jsonschema
     import yaml
 
     for name, entry in (config.get("datasets") or {}).items():
         if isinstance(entry, dict) and "standardize" in entry:
-            return (
-                f"config: datasets.{name}.standardize was renamed standardize_inputs (per-channel input "
+            return [
+                f"datasets.{name}.standardize was renamed standardize_inputs (per-channel input "
                 "scaling); `standardize` is an experiment key only (hidden-layer standardization)"
-            )
+            ]
     with open(schema_path) as f:
         schema = yaml.safe_load(f)
     # JSON Schema counts 4.0 as an integer; a float where a count is expected is a config error here
     strict = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda checker, v: isinstance(v, int) and not isinstance(v, bool)
     )
-    validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=strict)
-    error = jsonschema.exceptions.best_match(validator(schema).iter_errors(config))
-    if error is None:
-        return None
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
-    return f"config: {where or 'top level'}: {error.message}"
+    validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=strict)(schema)
+    problems = []
+    for error in validator.iter_errors(config):
+        problems += _problems(jsonschema.exceptions.best_match([error]), validator)
+    return list(dict.fromkeys(problems))
 
 
 def check_entries(references: list) -> None:
@@ -103,3 +126,79 @@ def matches(runs: pd.DataFrame, selects: dict) -> pd.Series:
         else:
             ok &= np.isclose(pd.to_numeric(column, errors="coerce"), float(value))
     return ok
+
+
+# what a schema type is called in a message, alone and in a list
+NOUNS = {
+    "integer": ("an integer", "integers"),
+    "number": ("a number", "numbers"),
+    "string": ("a string", "strings"),
+    "boolean": ("a boolean (true or false)", "booleans"),
+    "object": ("a mapping", "mappings"),
+    "null": ("null", "null"),
+}
+BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+
+
+def _problems(error, validator) -> list[str]:
+    """One schema error (best_match's pick) as phrases naming the key path as the user wrote it."""
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    if error.validator == "additionalProperties" and error.validator_value is False:
+        return unknown_keys(where, error.instance, error.schema.get("properties", {}))
+    value, shown = error.instance, _text(error.instance)
+    if error.validator == "enum":
+        choices = ", ".join(map(_choice, error.validator_value))
+        why = f"{shown} is not one of {choices}{close_match(value, error.validator_value)}"
+    elif error.validator in ("oneOf", "anyOf", "type"):
+        why = f"{shown} is not {_describe(error.schema, validator.schema)}"
+        if isinstance(value, str) and _unquoted(value, error.schema, validator):
+            why += f"; write {value} without quotes"
+    elif error.validator == "required":
+        # a missing key that an unknown key's "did you mean" already names is said once, there
+        missing = [k for k in error.validator_value if k not in value and not any(close_match(u, [k]) for u in value)]
+        if not missing:
+            return []
+        why = f"the required key {', '.join(missing)} is missing"
+    else:
+        why = error.message
+    return [f"{where or 'top level'}: {why}"]
+
+
+def _describe(schema: dict, root: dict, plural: bool = False) -> str:
+    """What a (sub)schema accepts, in words: 'an integer >= 1 or a list of integers >= 1'."""
+    if ref := schema.get("$ref"):
+        schema = root["$defs"][ref.rsplit("/", 1)[-1]]
+    if alternatives := schema.get("oneOf") or schema.get("anyOf"):
+        return " or ".join(_describe(s, root, plural) for s in alternatives)
+    if "enum" in schema:
+        return f"one of {', '.join(map(_choice, schema['enum']))}"
+    types = schema.get("type", [])
+    types = types if isinstance(types, list) else [types]
+    if "array" in types:
+        return f"{'lists' if plural else 'a list'} of {_describe(schema.get('items', {}), root, plural=True)}"
+    nouns = " or ".join(NOUNS.get(t, ("a value", "values"))[plural] for t in types) or "a value"
+    bounds = " and ".join(f"{op} {schema[k]}" for k, op in BOUNDS if k in schema)
+    return f"{nouns} {bounds}".strip()
+
+
+def _unquoted(value: str, schema: dict, validator) -> bool:
+    """Whether a quoted value ('8', 'true') would be valid as YAML reads it unquoted."""
+    import yaml
+
+    try:
+        read = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return False
+    return not isinstance(read, str) and validator.evolve(schema=schema).is_valid(read)
+
+
+def _text(value) -> str:
+    """A config value as a message shows it: strings quoted, true/false/null as YAML writes them."""
+    if isinstance(value, str):
+        return repr(value)
+    return json.dumps(value) if isinstance(value, bool) or value is None else str(value)
+
+
+def _choice(value) -> str:
+    """One of an enum's values in a list of them: a word bare, punctuation quoted (',' and ';')."""
+    return value if isinstance(value, str) and value.isidentifier() else _text(value)

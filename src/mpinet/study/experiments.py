@@ -1,5 +1,6 @@
 """The experiment grid: config sweeps crossed into one row per training run."""
 
+import difflib
 import itertools
 from dataclasses import fields
 
@@ -55,13 +56,13 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
     rows, dropped = [], []
     for i, sweep in enumerate(sweeps):
         where = f"experiments[{i}]"
-        unknown = set(sweep) - set(SWEEP_KEYS)
-        if unknown:
-            raise MpinetError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected {', '.join(SWEEP_KEYS)}")
+        if unknown := unknown_keys(where, sweep, SWEEP_KEYS):
+            raise MpinetError("; ".join(unknown))
         names = sweep.get("dataset")
         for name in names if isinstance(names, list) else [names]:
             if name not in datasets:
-                raise MpinetError(f"{where}.dataset: '{name}' is not defined under datasets ({', '.join(datasets)})")
+                known = f"{', '.join(datasets)}){close_match(name, datasets)}"
+                raise MpinetError(f"{where}.dataset: '{name}' is not defined under datasets ({known}")
         values = {k: _as_list(k, sweep.get(k, DEFAULTS.get(k))) for k in ("dataset", *COLUMNS)}
         values["repeat"] = list(range(1, int(sweep.get("repeats", 1)) + 1))
         if GLOBAL_BATCH in sweep:
@@ -96,6 +97,26 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
     _check_one_placement(df)
     df.attrs["dropped"] = dropped  # said at plan time (dropped_lines), one line per sweep entry
     return df
+
+
+def unknown_keys(where: str, given, known) -> list[str]:
+    """One phrase per key of given that known lacks, naming it at where and its close match:
+    `experiments[2].learnin_rate: unknown key; did you mean learning_rate?` (else the keys known)."""
+    phrases = []
+    for key in (k for k in given if k not in known):
+        path = f"{where}.{key}" if where else str(key)
+        hint = close_match(key, known) or f"; expected one of {', '.join(map(str, known))}"
+        phrases.append(f"{path}: unknown key{hint}")
+    return phrases
+
+
+def close_match(word, choices) -> str:
+    """'; did you mean X?' for the choice closest to word (difflib, ignoring case), or ''."""
+    if not isinstance(word, str):
+        return ""
+    words = {str(c).lower(): c for c in choices}
+    match = difflib.get_close_matches(word.lower(), list(words), n=1)
+    return f"; did you mean {words[match[0]]}?" if match else ""
 
 
 def dropped_lines(experiments: pd.DataFrame) -> list[str]:

@@ -1,0 +1,147 @@
+"""The catalogue of a user's own mistakes: each is caused for real (the planner, `snakemake -n`, on a
+study of its own; the data command) and must print one line naming the user's file and key, found
+word for word on docs/troubleshooting.md, with no traceback around it. The page's config rows
+written for `config/x.yaml` are exactly the ones caused here, so the page cannot drift."""
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import REPO
+from test_workflow import SNAKEMAKE, TINY, copy_env
+
+from mpinet import MpinetError
+
+PAGE = REPO / "docs" / "troubleshooting.md"
+CONFIG = "config/x.yaml"
+# Snakemake's own line before it reads the workflow (the workflow's profiles/default): nothing else
+# may stand beside a refusal
+SNAKEMAKE_NOISE = ["Using workflow specific profile profiles/default for setting default command line arguments."]
+
+
+def _experiment(i, **keys):
+    return lambda c: c["experiments"][i].update(keys)
+
+
+def _typos(c):
+    c["experiments"][0]["algoritm"] = "serial"
+    c["experiments"][2]["learnin_rate"] = 0.1
+    c["datasets"]["iris"]["formt"] = "csv"
+
+
+# (what the user got wrong, the change to a good config, the key path of each line it must print)
+MISTAKES = [
+    ("a misspelt experiment key", _experiment(2, learnin_rate=0.1), ["experiments[2].learnin_rate"]),
+    (
+        "three misspelt keys, reported at once",
+        _typos,
+        ["datasets.iris.formt", "experiments[0].algoritm", "experiments[2].learnin_rate"],
+    ),
+    ("an unknown top-level key", lambda c: c.update(colour="red"), ["colour"]),
+    ("a misspelt design", _experiment(0, algorithm="allreduc"), ["experiments[0].algorithm"]),
+    ("a quoted number", _experiment(0, batch_size="8"), ["experiments[0].batch_size"]),
+    ("no ranks", _experiment(0, ranks=0), ["experiments[0].ranks"]),
+    ("a misspelt dataset name", _experiment(0, dataset="iriss"), ["experiments[0].dataset"]),
+    ("paramserver alone", _experiment(0, algorithm="paramserver", ranks=1), ["experiments[0]"]),
+    (
+        "an unknown bundled dataset",
+        lambda c: c["datasets"]["iris"].update(source="bundled:mnist"),
+        ["datasets.iris.source"],
+    ),
+]
+
+
+def page_messages(prefix: str) -> list[str]:
+    """Every message quoted on the troubleshooting page that starts with prefix."""
+    return [m for m in re.findall(r"`([^`\n]+)`", PAGE.read_text()) if m.startswith(prefix)]
+
+
+def shown_as(message: str, line: str) -> bool:
+    """Whether a printed line is the page's message ('…' on the page stands for any text)."""
+    return re.fullmatch(".*".join(map(re.escape, message.split("…"))), line) is not None
+
+
+def message_for(path: str) -> str:
+    """The page's message for a config mistake at this key path."""
+    (message,) = [m for m in page_messages(f"{CONFIG}: ") if m.startswith(f"{CONFIG}: {path}: ")]
+    return message
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """A directory of its own with the workflow and a good study (TINY and a third sweep)."""
+    wd = tmp_path_factory.mktemp("errors")
+    for part in ("workflow", "config", "src", "profiles"):
+        shutil.copytree(REPO / part, wd / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return wd
+
+
+def good_config() -> dict:
+    config = yaml.safe_load(yaml.safe_dump(TINY))
+    config["experiments"].append({"dataset": "iris", "algorithm": "serial", "epochs": 3, "seed": 2})
+    return config
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("mistake,change,paths", MISTAKES, ids=[m[0] for m in MISTAKES])
+def test_a_config_mistake_is_refused_at_plan_time_in_one_line_naming_file_and_key(study, mistake, change, paths):
+    config = good_config()
+    change(config)
+    (study / CONFIG).write_text(yaml.safe_dump(config))
+    cmd = [*SNAKEMAKE, "-n", "--cores", "1", "--configfile", CONFIG]
+    p = subprocess.run(cmd, cwd=study, capture_output=True, text=True, timeout=300, env=copy_env(study))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "Traceback" not in p.stdout + p.stderr and 'File "' not in p.stdout + p.stderr, p.stderr
+    lines = p.stderr.splitlines()
+    assert p.stdout == "" and lines[: len(SNAKEMAKE_NOISE)] == SNAKEMAKE_NOISE, p.stdout + p.stderr
+    refusals = lines[len(SNAKEMAKE_NOISE) :]
+    assert len(refusals) == len(paths), refusals
+    for line, path in zip(sorted(refusals), sorted(paths)):
+        assert line.startswith(f"{CONFIG}: {path}: ") and shown_as(message_for(path), line), (line, path)
+    assert not (study / "results").exists() and not (study / "resources").exists()
+
+
+def test_the_page_quotes_no_config_refusal_the_catalogue_does_not_cause():
+    caused = {path for _, _, paths in MISTAKES for path in paths}
+    quoted = [m.split(": ")[1] for m in page_messages(f"{CONFIG}: ")]
+    assert sorted(quoted) == sorted(caused)  # one message per key path, each caused above
+
+
+def test_a_close_match_is_offered_for_unknown_keys_and_values_and_none_where_nothing_is_close():
+    from mpinet.study.config import check_study
+
+    config = good_config()
+    config["experiments"][1].update(shufle="batches", loss="xnet")
+    config["datasets"]["images"]["zzz"] = 1
+    with pytest.raises(MpinetError) as refused:
+        check_study(config, REPO / "workflow/schemas/config.schema.yaml", lambda d: None, source=CONFIG)
+    assert str(refused.value).splitlines() == [
+        f"{CONFIG}: datasets.images.zzz: unknown key; expected one of source, format, sha256, label_column, "
+        "id_column, header, separator, missing, test_fraction, split_seed, image_size, standardize_inputs, "
+        "skip_bad_images, include_pred",
+        f"{CONFIG}: experiments[1].shufle: unknown key; did you mean shuffle?",
+        f"{CONFIG}: experiments[1].loss: 'xnet' is not one of l2, xent; did you mean xent?",
+    ]
+
+
+def test_the_prepare_command_refuses_options_no_reader_knows_naming_a_close_match(tmp_path):
+    (message,) = page_messages("mpinet.datacli: error: --options: unknown key")
+    out = tmp_path / "out"
+    options = '{"format": "csv", "image_sise": 32, "colour": 1}'
+    cmd = [sys.executable, "-m", "mpinet.datacli", "prepare", tmp_path, out, "--format", "csv", "--options", options]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    (line,) = p.stderr.splitlines()
+    assert p.returncode == 2 and shown_as(message, line) and not out.exists(), p.stderr
+    assert "image_sise (did you mean image_size?), colour;" in line
+
+
+def test_the_prepare_command_knows_every_dataset_key_of_the_schema():
+    """What --options may hold (the readers' keys) and the schema's dataset keys are one list."""
+    from mpinet.datacli import option_keys
+
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    keys = schema["properties"]["datasets"]["additionalProperties"]["properties"]
+    assert set(option_keys()) == set(keys) - {"source"}
