@@ -188,3 +188,18 @@ def test_the_numerics_lock_names_known_code_and_leaves_an_edit_its_own_hash(tmp_
     assert bumped.value() == bumped.code_hash() not in fingerprints.read_lock(lock).values()
     model.write_text(text)
     fingerprints._code_hash.cache_clear()
+
+
+def test_an_environment_switch_that_changes_the_numbers_gives_runs_a_fingerprint_of_their_own(monkeypatch):
+    """MPINET_FUSED_UPDATE=0 (the engine's unfused update) rounds differently on some OpenBLAS kernels:
+    a run trained with it runs under a fingerprint of its own, and the engine's switch is the one named."""
+    from mpinet.engine import blas
+    from mpinet.fingerprints import NUMERICS
+
+    assert (blas.OFF, "0") in NUMERICS.switches
+    monkeypatch.delenv(blas.OFF, raising=False)
+    plain = NUMERICS.value()
+    monkeypatch.setenv(blas.OFF, "1")  # the default behaviour: the same fingerprint
+    assert NUMERICS.value() == plain
+    monkeypatch.setenv(blas.OFF, "0")
+    assert NUMERICS.value() == f"{plain}+{blas.OFF}=0"

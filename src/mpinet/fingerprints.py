@@ -30,6 +30,7 @@ only timings of one engine (mpinet.analysis.aggregate).
 import ast
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from datetime import date
 from functools import cache
@@ -48,11 +49,16 @@ class CodeFingerprint:
     # a JSON file beside the package's modules mapping the code hashes of refactors after which the
     # guard still gives the recorded output to that output's fingerprint; written by a make target
     lock: str = ""
+    # environment switches that change the numbers the code computes: (variable, the value that does),
+    # e.g. the engine's unfused update; a job run with one set runs under a fingerprint of its own
+    switches: tuple[tuple[str, str], ...] = ()
 
     def value(self) -> str:
-        """The fingerprint jobs run under: the code's hash, or the one it computes the same as."""
+        """The fingerprint jobs run under: the code's hash, or the one it computes the same as, with
+        every numbers-changing switch set in this environment after it."""
         h = self.code_hash()
-        return self.known().get(h, h)
+        on = [f"{name}={v}" for name, v in self.switches if os.environ.get(name) == v]
+        return "+".join([self.known().get(h, h), *on])
 
     def known(self) -> dict[str, str]:
         """Every code hash known to compute as an earlier one: the lock's entries."""
@@ -69,7 +75,11 @@ class CodeFingerprint:
 
 # a training run's numbers (its weights); checkpoints and run.json carry it too. Its refactors that
 # keep the weights are found by the guard runs and written to the lock by `make numerics-lock`
-NUMERICS = CodeFingerprint("numerics", 1, ("mpinet.engine.loop",), lock="numerics_lock.json")
+# MPINET_FUSED_UPDATE=0 (mpinet.engine.blas.OFF; a test ties the two) rounds the update differently on
+# some OpenBLAS kernels (seen on Haswell's), so it is part of the numbers' identity
+NUMERICS = CodeFingerprint(
+    "numerics", 1, ("mpinet.engine.loop",), lock="numerics_lock.json", switches=(("MPINET_FUSED_UPDATE", "0"),)
+)
 # The data's fingerprints share one lock (their code hashes differ: the name and modules are in
 # them), written by `make data-lock` from the data guard (tests/test_preparation.py).
 DATA_LOCK = "data_lock.json"

@@ -4,8 +4,10 @@ numpy's matmul always overwrites its output, so an SGD step done with it writes 
 gradient to memory and then reads it back for the update: for the Intel network's 8.1 MB first
 layer that is two of the step's five passes over the weights. GEMM with beta = 1 adds the product
 to the weights as it computes it. It goes to the same library and kernel numpy's matmul uses, so
-the result is bit for bit matmul-then-subtract at the batches tested (tests/test_model.py; OpenBLAS
-sums a K of a few hundred rows in registers before it adds C), only faster. Where numpy's BLAS is
+the result is matmul-then-subtract at the batches tested (tests/test_model.py; OpenBLAS sums a K of a
+few hundred rows in registers before it adds C), only faster; bit for bit on some kernels, not on all
+(Haswell's rounds the two differently), so switching it off (OFF) is part of the numerics fingerprint
+(mpinet.fingerprints.NUMERICS.switches). Where numpy's BLAS is
 not an ILP64 OpenBLAS with known symbol names, `subtract_product` returns False and the caller
 does the two steps.
 """
