@@ -9,6 +9,15 @@ rule status:
         "../envs/mpinet.yaml"
     params:
         experiments=lambda wildcards: GRID.status_rows(),
+        # the experiments' rows, in the same order: each line's short label
+        table=lambda wildcards: GRID.experiments,
+        # a dataset's data jobs: a failed one is shown with its error line
+        # (patterns with {dataset}: functions, so Snakemake does not fill them in)
+        data_logs=lambda wildcards: {
+            "fetch": str(rules.fetch.log[0]),
+            "prepare": str(rules.prepare.log[0]),
+        },
+        prepared=lambda wildcards: [str(f) for f in rules.prepare.output],
     message:
         f"Status of study {STUDY}"
     script:

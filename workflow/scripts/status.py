@@ -5,6 +5,11 @@ from pathlib import Path
 from mpinet.study.status import status_table
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-table = status_table(sm.params.experiments)
+table = status_table(
+    experiments=sm.params.experiments,
+    table=sm.params.table,
+    data_logs=sm.params.data_logs,
+    prepared=sm.params.prepared,
+)
 Path(sm.log[0]).write_text(table + "\n")
 print(table)

@@ -1,6 +1,8 @@
 """A study's state at a glance: which experiments are done, running, failed or missing (make
-status, and the failures printed when a run fails), and the study name a config file gets."""
+status, and the failures printed when a run fails), each by a short label, a dataset whose fetch or
+preparation failed with its error line, and the study name a config file gets."""
 
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -11,8 +13,14 @@ import pandas as pd
 from mpinet import MpinetError
 from mpinet.engine.checkpoint import record_path
 from mpinet.layout import METRICS_FILE, RECORD_FILE, runs_table, study_dir
+from mpinet.study.experiments import COLUMNS, DEFAULTS
 
 RUNNING_WITHIN_S = 120  # a job whose log grew this recently counts as running
+STATES = ("done", "running", "failed", "missing")  # the order of the count line
+# Always in a label: what every experiment has (`repeat` only where a dataset's experiments have several).
+LABELLED = ("dataset", "algorithm", "ranks", "batch_size", "seed", "repeat")
+SHORT = {"learning_rate": "lr"}  # a column's name in a label, where the key is long
+ERROR = re.compile(r"^(mpinet\.\w+: )?error: ")  # the one-line error of our command lines
 
 
 def study_name(config: dict, configfiles: list) -> str:
@@ -53,31 +61,97 @@ def state(e: Experiment, now: float | None = None) -> tuple[str, str]:
 
 
 def error_line(log: Path) -> str:
-    """The trainer's one-line error in a log, or the log's last line after a traceback."""
+    """The one-line error (mpinet.train's, mpinet.datacli's) in a log, or the log's last line after a traceback."""
     lines = log.read_text(errors="replace").splitlines()
     for line in lines:
-        if "error:" in line and line.startswith(("mpinet.train:", "error:")):
+        if ERROR.match(line):
             return line.strip()
     if any(line.startswith("Traceback") for line in lines) or any("stopped by SIG" in line for line in lines):
         return next((x.strip() for x in reversed(lines) if x.strip()), "")
     return ""
 
 
-def status_table(experiments: list[Experiment]) -> str:
-    """One line per experiment and a count per state."""
-    rows = [(e, *state(e)) for e in experiments]
-    width = max((len(e.name) for e, *_ in rows), default=10)
+def status_table(experiments: list[Experiment], table=None, data_logs: dict | None = None, prepared=()) -> str:
+    """One line per experiment by its label (experiment_labels of `table`, the experiments' rows in the
+    same order; their names without it) and a count per state. A dataset whose fetch or preparation
+    failed comes first with its error line (data_errors of `data_logs` and `prepared`), and the
+    experiments it holds back are failed, not missing."""
+    labels = experiment_labels(table) if table is not None else [e.name for e in experiments]
+    datasets = [e.name.split("/")[0] for e in experiments]
+    broken = data_errors(sorted(set(datasets)), data_logs or {}, prepared)
+    rows = [("failed", job, error) for job, error in broken.values()]
+    for e, label, dataset in zip(experiments, labels, datasets, strict=True):
+        s, detail = state(e)
+        if dataset in broken and s not in ("done", "running"):
+            s, detail = "failed", f"not run: {broken[dataset][0]} failed (above)"
+        rows.append((s, label, detail))
+    width = max((len(label) for _, label, _ in rows), default=10)
     lines = [f"{'STATE':<8} {'EXPERIMENT':<{width}}  DETAIL"]
-    lines += [f"{s:<8} {e.name:<{width}}  {d}".rstrip() for e, s, d in rows]
-    counts = pd.Series([s for _, s, _ in rows]).value_counts()
-    lines.append(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(rows)} experiments")
+    lines += [f"{s:<8} {label:<{width}}  {d}".rstrip() for s, label, d in rows]
+    counts = pd.Series([s for s, *_ in rows[len(broken) :]]).value_counts()
+    summary = ", ".join(f"{counts[s]} {s}" for s in STATES if s in counts) + f" of {len(experiments)} experiments"
+    if broken:
+        summary += "; " + ", ".join(job for job, _ in broken.values()) + " failed"
+    lines.append(summary)
     return "\n".join(lines)
+
+
+def experiment_labels(table: pd.DataFrame) -> list[str]:
+    """A short label per experiment row: dataset, design, ranks, batch and seed, the repeat where a
+    dataset's experiments have several, and every other option that differs among a dataset's
+    experiments (`lr=0.01`; a switch by its name, `faithful`, where it is not the default)."""
+    groups = table.groupby("dataset", sort=False)
+    shown = {d: [c for c in COLUMNS if rows[c].astype(str).nunique() > 1] for d, rows in groups}
+    return [_label(row, shown[row["dataset"]]) for _, row in table.iterrows()]
+
+
+def data_errors(datasets: list[str], logs: dict[str, str], prepared=()) -> dict[str, tuple[str, str]]:
+    """{dataset: (job, its error line and log)} for each dataset whose job failed: a log of it
+    (`logs`: job -> its log's path with `{dataset}`, e.g. prepare -> logs/data/prepare_{dataset}.log)
+    holds an error and its prepared files (`prepared`: paths with `{dataset}`) are not all there. Of
+    a dataset's failed jobs, the newest log's."""
+    errors = {}
+    for d in datasets:
+        if prepared and all(Path(p.replace("{dataset}", d)).exists() for p in prepared):
+            continue
+        failed = []
+        for job, pattern in logs.items():
+            log = Path(pattern.replace("{dataset}", d))
+            if log.is_file() and (line := error_line(log)):
+                failed.append((log.stat().st_mtime, f"{job} {d}", f"{line} ({log})"))
+        if failed:
+            _, job, error = max(failed)
+            errors[d] = (job, error)
+    return errors
 
 
 def failures(experiments: list[Experiment]) -> str:
     """The failed experiments by name with their one-line error; '' if none."""
     failed = [(e, d) for e in experiments for s, d in [state(e, now=float("inf"))] if s == "failed"]
     return "\n".join(f"failed: {e.name}: {d}" for e, d in failed)
+
+
+def _label(row: pd.Series, shown: list[str]) -> str:
+    """One experiment's label: its fixed parts, then the options in `shown` (what sets it apart)."""
+    ranks = int(row["ranks"])
+    parts = [str(row["dataset"]), str(row["algorithm"]), f"{ranks} rank{'s' if ranks != 1 else ''}"]
+    parts += [f"batch {row['batch_size']}", f"seed {row['seed']}"]
+    if "repeat" in shown:
+        parts.append(f"repeat {row['repeat']}")
+    parts += [_option(c, row[c]) for c in shown if c not in LABELLED]
+    return " ".join(p for p in parts if p)
+
+
+def _option(column: str, value) -> str:
+    """An option in a label: `lr=0.01`; a switch by its name where it is not the default (`faithful`,
+    `no-standardize`), a count whose default 0 means off only where it is on (`train_samples=60`)."""
+    default = DEFAULTS.get(column)
+    if isinstance(default, bool):
+        return "" if value == default else column if value else f"no-{column}"
+    if default == 0 and value == 0:
+        return ""
+    name = SHORT.get(column, column)
+    return f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
 
 
 def _checkpoint_epoch(path: Path) -> int:
