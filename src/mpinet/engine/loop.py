@@ -105,10 +105,9 @@ def train(arrays: dataset.Arrays, opts: Options, comm: Comm, store=None, log=Non
         log(f"auto trains {chosen}" + (f" (a step: {steps})" if trials else ""))
         opts = replace(opts, algorithm=chosen)
     run = _Run.start(arrays, opts, comm)
-    plan = run.ws.plan.describe()
-    result = Result(
-        run.params, run.net, first_layer=plan, design=opts.algorithm, trial_step_s=trials, trials_s=trials_s
-    )
+    result = Result(run.params, run.net, first_layer=run.ws.plan.describe(), design=opts.algorithm)
+    result.trial_step_s, result.trials_s = trials, trials_s
+    result.fused, result.layout = run.exchange.fused_update, run.exchange.describe()
     start_epoch = 0
     if store is not None and comm.rank == 0:
         start_epoch, result.metrics = store.resume(opts, arrays, comm.size, run.params)
