@@ -195,9 +195,12 @@ def test_a_subset_trains_only_its_experiments_and_one_larger_than_the_data_stops
 
 def test_references_are_checked_in_the_tables_the_report_and_the_summary(workdir):
     cfg = yaml.safe_load(yaml.safe_dump(TINY))
+    # serial's speedup is 1 by definition and never left out: a breach whatever the machine's load;
+    # allreduce's is a breach, or left out (its note says why) when a test beside it took a core
     cfg["references"] = [
-        {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "speedup": 50.0, "tolerance": 0.1},
+        {"dataset": "iris", "algorithm": "serial", "speedup": 50.0, "tolerance": 0.1},
         {"dataset": "iris", "algorithm": "serial", "speedup": 1.0, "tolerance": 0.5},
+        {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "speedup": 50.0, "tolerance": 0.1},
     ]
     write_config(workdir, cfg)
     try:
@@ -205,10 +208,13 @@ def test_references_are_checked_in_the_tables_the_report_and_the_summary(workdir
         assert "train_single" not in jobs and "train_mpi" not in jobs and jobs["aggregate"] == 1  # nothing retrains
         p = snakemake(workdir)
         checked = pd.read_csv(workdir / "results/test/metrics/references.csv")
-        assert checked["status"].tolist() == ["breach", "ok"]
-        assert "reference 0 breached: iris allreduce 2 ranks" in p.stdout + p.stderr
+        assert checked["status"].tolist()[:2] == ["breach", "ok"]
+        last = checked.iloc[2]
+        assert last["status"] == "breach" or (last["status"] == "left out" and last["note"]), last
+        assert "reference 0 breached: iris serial 1 ranks" in p.stdout + p.stderr
+        breached = int((checked["status"] == "breach").sum())
         front = (workdir / "results/test/report.rst").read_text()
-        assert "**References**: 2 checked, 1 breached" in front and "outside 50 ± 10%" in front
+        assert f"**References**: 3 checked, {breached} breached" in front and "outside 50 ± 10%" in front
         cfg["references"][0]["ranks"] = 7
         write_config(workdir, cfg)
         p = snakemake(workdir, "-n", check=False)
@@ -426,8 +432,9 @@ def test_intel_config_plans_offline(tmp_path):
     assert p.returncode == 0, p.stderr
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", p.stdout + p.stderr, flags=re.M))
     # a sweep of 15 experiments (four designs) at both of the original's data sizes (220 and all),
-    # and one of 10 (three designs)
-    assert int(jobs["train_single"]) + int(jobs["train_mpi"]) == 40 and jobs["fetch"] == "1"
+    # one of 10 (three designs), and the fixed global batch of 64: serial and 2 designs on 1-16 ranks
+    # (allreduce on 2 ranks at 32 a rank is the second sweep's run)
+    assert int(jobs["train_single"]) + int(jobs["train_mpi"]) == 50 and jobs["fetch"] == "1"
 
 
 def test_install_profile_makes_the_bare_profile_name_work(tmp_path):
