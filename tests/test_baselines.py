@@ -11,7 +11,7 @@ from docutils.core import publish_string
 
 from mpinet import MpinetError
 from mpinet.analysis.aggregate import summarize_runs, unsettled
-from mpinet.analysis.baselines import contention
+from mpinet.analysis.baselines import cpu_contention
 from mpinet.analysis.summary import headline_rst
 from mpinet.study.experiments import DEFAULTS, expand_sweeps
 
@@ -84,7 +84,7 @@ def test_a_base_at_another_engine_or_seed_is_not_a_base():
     "share, expected", [(1.0, "clean"), (0.95, "clean"), (0.6, "contended"), (float("nan"), "unknown")]
 )
 def test_contention_is_the_slowest_rank_s_share_of_a_core(share, expected):
-    assert contention(pd.Series([share])).tolist() == [expected]
+    assert cpu_contention(pd.Series([share])).tolist() == [expected]
 
 
 def test_contended_runs_bases_and_one_rank_mpi_runs_are_never_quoted():

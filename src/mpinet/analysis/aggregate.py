@@ -9,7 +9,7 @@ import pandas as pd
 
 from mpinet import MpinetError
 from mpinet.analysis.accounting import accounting_table
-from mpinet.analysis.baselines import add_bases, base_keys, baseline_key, contention, serial_runs, speedup_notes
+from mpinet.analysis.baselines import add_bases, base_keys, baseline_key, cpu_contention, serial_runs, speedup_notes
 from mpinet.analysis.environment import environment_table
 from mpinet.analysis.references import evaluate
 from mpinet.analysis.summary import headline_rst
@@ -126,7 +126,7 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
     # a speedup is only as good as both timings: flag it unless run and baseline ran alone
     runs["speedup_isolated"] = runs["isolated"] & runs["serial_isolated"].fillna(False).astype(bool)
     runs["efficiency"] = runs["speedup"] / runs["ranks"]  # per process started, the server included
-    runs["contention"] = contention(runs["cpu_share"])
+    runs["contention"] = cpu_contention(runs["cpu_share"])
     runs["speedup_note"] = speedup_notes(runs)
     runs["target_accuracy"] = target_accuracy
     # 95 % intervals per experiment, over its launches and their epochs

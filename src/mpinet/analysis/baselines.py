@@ -104,7 +104,7 @@ def _add_best_serial(runs: pd.DataFrame, serial: pd.DataFrame) -> pd.DataFrame:
     return runs
 
 
-def contention(cpu_share: pd.Series) -> pd.Series:
+def cpu_contention(cpu_share: pd.Series) -> pd.Series:
     """Per run, `clean`, `contended` (its slowest rank got less than CLEAN_CPU_SHARE of a core while
     training) or `unknown` (recorded before CPU time was kept)."""
     out = np.where(cpu_share < CLEAN_CPU_SHARE, "contended", "clean")
