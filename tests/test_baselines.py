@@ -10,8 +10,9 @@ import pytest
 from docutils.core import publish_string
 
 from mpinet import MpinetError
-from mpinet.analysis.aggregate import summarize_runs, unsettled
+from mpinet.analysis.aggregate import summarize_runs
 from mpinet.analysis.baselines import cpu_contention
+from mpinet.analysis.intervals import unsettled
 from mpinet.analysis.summary import headline_rst
 from mpinet.study.experiments import DEFAULTS, expand_sweeps
 

@@ -11,6 +11,7 @@ from mpinet import MpinetError
 from mpinet.analysis.accounting import accounting_table
 from mpinet.analysis.baselines import add_bases, base_keys, baseline_key, cpu_contention, serial_runs, speedup_notes
 from mpinet.analysis.environment import environment_table
+from mpinet.analysis.intervals import add_intervals, timed_epochs
 from mpinet.analysis.references import evaluate
 from mpinet.analysis.summary import headline_rst
 from mpinet.engine.loop import METRIC_COLUMNS
@@ -206,86 +207,6 @@ def _median_of(epochs: pd.DataFrame, column: str) -> float:
     return pd.to_numeric(epochs[column], errors="coerce").median() if column in epochs else np.nan
 
 
-def timed_epochs(epochs: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Each run's epoch times that its statistics use (epoch 1 left out when there are more)."""
-    out = {}
-    for run_dir, g in epochs.groupby("run_dir", sort=False):
-        out[run_dir] = (g[g["epoch"] > 1] if len(g) > 1 else g)["time_s"].to_numpy()
-    return out
-
-
-CI_MEASURES = (
-    "median_epoch_s",
-    "speedup",
-    "efficiency",
-    "weak_efficiency",
-    "global_speedup",
-    "global_efficiency",
-    "best_serial_speedup",
-)
-
-
-def add_intervals(runs: pd.DataFrame, timed: dict, group: list[str]) -> pd.DataFrame:
-    """<measure>_ci_low/_ci_high for CI_MEASURES, ci_launches (the launches an interval covers; with 1
-    it covers only that launch's epochs) and unsettled, per group of runs: a two-level bootstrap
-    (mpinet.analysis.confidence) of the group's launches and of each base's, independently."""
-    from mpinet.analysis.confidence import SEED, bootstrap_medians, interval
-
-    serial = runs[serial_runs(runs)]
-    # serial runs by their own key (a run's base at its batch per rank or at its global batch), and by
-    # the best serial experiment's (any batch and seed)
-    by_key = serial.groupby("_baseline")["run_dir"].agg(list).to_dict()
-    by_experiment = serial.groupby(["_best", "batch_size", "seed"])["run_dir"].agg(list).to_dict()
-    values = []
-    for _, rows in runs.groupby(group, sort=False, dropna=False):
-        launches = [timed[d] for d in rows["run_dir"]]
-        # an auto run is charged its experiment's trials, spread over its epochs (baselines.charged_epoch_s)
-        mine = bootstrap_medians(launches, seed=SEED + 1) + _trials_per_epoch(rows.iloc[0])
-        first = rows.iloc[0]
-        best = (first["_best"], first["best_serial_batch"], first["best_serial_seed"])
-        ratio = _over(timed, by_key.get(first["_baseline"], []), mine)
-        same_updates = _over(timed, by_key.get(first["_global_baseline"], []), mine)
-        weak, p = first["samples_per_rank"] > 0, first["ranks"]
-        cis = {
-            "median_epoch_s": interval(mine),
-            "speedup": interval(ratio * np.nan if weak else ratio),
-            "efficiency": interval(ratio * np.nan if weak else ratio / p),
-            "weak_efficiency": interval(ratio if weak else ratio * np.nan),
-            "global_speedup": interval(same_updates),
-            "global_efficiency": interval(same_updates / p),
-            "best_serial_speedup": interval(_over(timed, by_experiment.get(best, []), mine)),
-        }
-        row = {f"{m}_ci_{end}": v for m, (lo, hi) in cis.items() for end, v in (("low", lo), ("high", hi))}
-        row |= {"ci_launches": len(rows), "unsettled": unsettled(launches)}
-        values += [(i, row) for i in rows.index]
-    table = pd.DataFrame([v for _, v in values], index=[i for i, _ in values])
-    return runs.join(table)
-
-
-def _trials_per_epoch(run: pd.Series) -> float:
-    trials = run.get("auto_trials_s", np.nan)
-    return 0.0 if pd.isna(trials) else float(trials) / int(run["epochs"])
-
-
-def _over(timed: dict, dirs: list[str], mine: np.ndarray) -> np.ndarray:
-    """A base's bootstrap replicates (its runs' launches and epochs) over a group's (NaN: no base)."""
-    from mpinet.analysis.confidence import SEED, bootstrap_medians
-
-    return bootstrap_medians([timed[d] for d in dirs], seed=SEED) / mine if dirs else mine * np.nan
-
-
-def unsettled(launches: list[np.ndarray]) -> bool:
-    """Whether launches of one experiment disagree beyond their own intervals: two launches whose
-    epoch-only 95 % intervals of the median do not overlap, so the launch, not the epochs, decides
-    the number (more launches, or a quieter machine, settle it)."""
-    from mpinet.analysis.confidence import SEED, bootstrap_medians, interval
-
-    if len(launches) < 2:
-        return False
-    bounds = [interval(bootstrap_medians([t], seed=SEED + 2)) for t in launches if len(t)]
-    return bool(bounds) and max(lo for lo, _ in bounds) > min(hi for _, hi in bounds)
-
-
 def summarize_seeds(runs: pd.DataFrame, epochs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Mean and standard deviation over the seeds of each configuration; with the epochs, the 95 %
     intervals of each configuration over all its seeds' launches and epochs."""
@@ -385,15 +306,26 @@ def add_model(runs: pd.DataFrame, bench: pd.DataFrame) -> tuple[pd.DataFrame, pd
     """The cost model fitted to these runs and this machine's α and β: each run's predicted epoch
     time and error, and predictions for 1-32 ranks (and every swept count) with the measured link
     and the interconnect presets."""
-    from mpinet.analysis.costmodel import INTERCONNECTS, Link, collectives, measured_link, predict, predicted_epochs
+    from mpinet.analysis.costmodel import (
+        INTERCONNECTS,
+        Link,
+        collectives,
+        fitted,
+        measured_link,
+        predict,
+        predicted_epochs,
+    )
 
     measured = measured_link(bench)
     runs = runs.copy()
     runs["model_epoch_s"] = predicted_epochs(runs, measured)
-    runs["model_error"] = runs["model_epoch_s"] / runs["median_epoch_s"] - 1
+    # predicted ÷ measured − 1, on the runs the model was not fitted on (costmodel.fitted)
+    runs["model_error"] = (runs["model_epoch_s"] / runs["median_epoch_s"] - 1).where(~fitted(runs))
     # the model's exchange alone against the measured transfer (the wait for a slower rank taken out)
     exchange = runs["model_epoch_s"] - predicted_epochs(runs, Link(0.0, 0.0))
-    runs["model_transfer_error"] = (exchange / runs["median_transfer_s"] - 1).where(runs["median_transfer_s"] > 0)
+    runs["model_transfer_error"] = (exchange / runs["median_transfer_s"] - 1).where(
+        (runs["median_transfer_s"] > 0) & ~fitted(runs)
+    )
     ranks = sorted({*MODEL_RANKS, *runs["ranks"]})
     model = predict(runs, {"measured here": measured, **INTERCONNECTS}, ranks)
     model["collectives"] = collectives(str(bench["library"].iloc[0]) if "library" in bench else "")

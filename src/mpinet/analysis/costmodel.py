@@ -118,10 +118,16 @@ def fit_link(nbytes, seconds, source: str = "") -> Link:
     return Link(max(alpha, 0.0), beta, source)
 
 
+def fitted(runs: pd.DataFrame) -> pd.Series:
+    """The runs the model is fitted on (their compute per sample is its input): the 1-rank runs, serial or
+    a design on 1 rank. Its error on them is 0 by construction, so no error statistic counts them."""
+    return runs["ranks"] == 1
+
+
 def fit_compute(runs: pd.DataFrame) -> dict:
     """Seconds of compute per training sample, by COMPUTE_KEYS (the dataset and every option that
-    decides compute time), from the 1-rank runs (serial or allreduce on 1 rank): median over them."""
-    one = _with_table_columns(runs[runs["ranks"] == 1])
+    decides compute time), from the fitted runs (serial or a design on 1 rank): median over them."""
+    one = _with_table_columns(runs[fitted(runs)])
     per_sample = one["median_compute_s"] / one["trained_samples"]
     return per_sample.groupby([one[k] for k in FIT_KEYS]).median().to_dict()
 
@@ -398,8 +404,9 @@ def predicted_epochs(runs: pd.DataFrame, link: Link) -> pd.Series:
 
 
 def model_error(runs: pd.DataFrame, link: Link) -> pd.Series:
-    """(predicted − measured) / measured median epoch time of every run."""
-    return predicted_epochs(runs, link) / runs["median_epoch_s"] - 1
+    """predicted ÷ measured − 1 of the median epoch time (the one sign convention: + when the model
+    predicts too slow) of every run the model was not fitted on; NaN on the fitted ones."""
+    return (predicted_epochs(runs, link) / runs["median_epoch_s"] - 1).where(~fitted(runs))
 
 
 # --- the microbenchmark -------------------------------------------------------------------
