@@ -296,3 +296,30 @@ def test_the_l2_cache_is_read_from_sysfs_else_assumed(tmp_path):
     assert parse_size("2M") == 2 << 20 and parse_size("1048576") == 1 << 20
     size, source = l2_cache(tmp_path / "none")
     assert source in ("sysconf", "assumed") and size > 0
+
+
+def test_warming_the_gemm_changes_no_byte_of_the_blocked_layer_or_the_fused_update():
+    """warm_gemm only speeds the blocked first layer up: in a fresh process (the slow state is per
+    process), the forward GEMM and the fused update give the same bytes before and after it."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np
+from mpinet.engine import blas
+from mpinet.engine.model import blocked_matmul, warm_gemm
+rng = np.random.default_rng(0)
+w, x = rng.standard_normal((30, 67500)).astype(np.float32), rng.random((32, 67500)).astype(np.float32)
+d = rng.standard_normal((32, 30)).astype(np.float32) * 1e-3
+out, part = np.empty((30, 32), np.float32), np.empty((30, 32), np.float32)
+def both():
+    blocked_matmul(w, x, out, part, 512)
+    updated = w.copy()
+    assert blas.subtract_product(updated, d, x)
+    return out.tobytes() + updated.tobytes()
+cold = both()
+warm_gemm(30, 32, 512, np.float32)
+print(cold == both())
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert p.stdout.strip() == "True"
