@@ -138,7 +138,7 @@ tag:
 
 # the numerics lock's entry for the engine's code (docs/reruns.md): the guard runs decide, not a hand-typed hash
 numerics-lock: setup
-	MPINET_LOCK_NUMERICS=1 pytest -q -p no:cacheprovider tests/test_numerics.py -k lock
+	MPINET_LOCK_NUMERICS=1 pytest -q -s -p no:cacheprovider tests/test_numerics.py -k lock
 
 # the data lock's entries for the fetching, preparation and synthesis code: the guard's output decides
 data-lock: setup

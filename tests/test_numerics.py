@@ -107,7 +107,8 @@ def lock(now: dict, code: str) -> str:
     else:
         ref = {"fingerprint": fingerprint, "machine": machine(), "digests": now}
     REFERENCE.write_text(json.dumps(ref, indent=1) + "\n")
-    print(f"numerics lock: engine code {code} -> fingerprint {fingerprint}", file=sys.stderr)
+    how = "byte for byte" if here else f"within tolerances only (the reference ran on {ref.get('machine')})"
+    print(f"numerics lock: engine code {code} -> fingerprint {fingerprint}, compared {how}", file=sys.stderr)
     return fingerprint
 
 
