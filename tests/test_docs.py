@@ -155,3 +155,130 @@ def test_the_site_s_home_page_is_the_readme_with_the_site_s_links():
     home = readme()
     assert "](docs/" not in home and "](performance.md#a-whole-node-benchmarksnodepy)" in home
     assert "[changelog](changelog.md)" in home and "`LICENSE` in the repository" in home
+
+
+def _schema_defaults(node: dict, path: str = "") -> dict:
+    """{reference key: default} of every key the schema gives a default, named as the reference names it."""
+    found = {}
+    for key, spec in node.get("properties", {}).items():
+        name = f"{path}.{key}" if path else key
+        if "default" in spec:
+            found[name] = spec["default"]
+        found |= _schema_defaults(spec, name)
+        if isinstance(spec.get("items"), dict):
+            found |= _schema_defaults(spec["items"], f"{name}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        found |= _schema_defaults(node["additionalProperties"], f"{path}.<name>")
+    return found
+
+
+def _enums(node) -> list[list]:
+    """Every enum anywhere in the schema, $defs included."""
+    if isinstance(node, dict):
+        return ([node["enum"]] if "enum" in node else []) + [e for v in node.values() for e in _enums(v)]
+    return [e for v in node for e in _enums(v)] if isinstance(node, list) else []
+
+
+def test_the_config_reference_gives_every_type_in_words_every_enum_value_and_every_default():
+    import yaml
+
+    sys.path.insert(0, str(DOCS))
+    import hooks
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    text = hooks.config_reference()
+    rows = {key: (kind, default) for key, kind, default, _ in hooks.config_keys()}
+    assert "$defs" not in text and "enum of" not in text and "$ref" not in text
+    assert not [k for k, (kind, _) in rows.items() if re.search(r"\bany\b|^$", kind)], "a key without a type"
+
+    def shown(value) -> str:
+        return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+    for values in _enums(schema):
+        for value in values:
+            assert f"`{shown(value)}`" in text, f"enum value {value!r} is not in the reference"
+    for key, value in _schema_defaults(schema).items():
+        if not isinstance(value, (dict, list)):
+            assert rows[key][1] == f"`{shown(value)}`", key
+    assert rows["synthetic"][1] == "`{}`" and rows["experiments[].hidden"][1] == "`[30, 20]`"
+    assert rows["experiments[].algorithm"][0].startswith("one of `serial`, `allreduce`")
+    assert rows["experiments[].ranks"][0] == "integer ≥ 1, or a list of them"
+
+
+def test_the_reference_gives_the_defaults_the_table_reader_applies_itself():
+    """separator, header and missing have no schema default (one there would enter every dataset's
+    prepare options and prepare every study's data again): their defaults are the reader's own."""
+    sys.path.insert(0, str(DOCS))
+    import hooks
+
+    rows = {key: (kind, default) for key, kind, default, _ in hooks.config_keys()}
+    expected = {"separator": "auto", "header": "auto", "missing": "refuse"}
+    assert hooks.reader_defaults(set(expected)) == expected
+    for key, value in expected.items():
+        kind, default = rows[f"datasets.<name>.{key}"]
+        assert default == f"`{value}`" and f"`{value}`" in kind  # the default is one of the values
+
+
+def _makefile_recipe(target: str) -> list[str]:
+    text = (REPO / "Makefile").read_text()
+    body = re.search(rf"^{target}:[^\n]*\n((?:\t[^\n]*\n)*)", text, re.M)[1]
+    return [line.strip() for line in body.splitlines() if not line.strip().startswith("@#")]
+
+
+def test_the_development_page_s_stage_table_is_the_makefile_s_test_recipe_without_times():
+    sys.path.insert(0, str(DOCS))
+    import hooks
+
+    page = (DOCS / "development.md").read_text()
+    assert "<!-- test-stages -->" in page and "| minutes |" not in page
+    stages = hooks.make_test_stages()
+    recipe = _makefile_recipe("test")
+    assert len(stages) == 1 + len(recipe)  # lint, then one stage a recipe line
+    assert stages[0][1].split("; ") == [line.replace("$$", "$") for line in _makefile_recipe("lint")]
+    unit = re.search(r"^UNIT := (.*)$", (REPO / "Makefile").read_text(), re.M)[1]
+    for (_, command, _), line in zip(stages[1:], recipe, strict=True):
+        if line.startswith("pytest"):
+            assert command == line.replace("$(UNIT)", unit)
+        else:  # $(MAKE) test-mpi MPI=openmpi: that target's command
+            target = re.search(r"\$\(MAKE\)(?: --?[\w-]+)* ([\w-]+)", line)[1]
+            assert command == _makefile_recipe(target)[0]
+    table = hooks.make_test_table()
+    assert table.count("\n") == 2 + len(stages) and not re.search(r"minute|seconds|\btests\b", table)
+
+
+DURATION = r"\d+(?:\.\d+)?(?:\s*(?:–|to)\s*\d+(?:\.\d+)?)?\s*(?:ms|s|seconds?|minutes?|min|hours?|h)\b"
+
+
+def _measured_quotes() -> list[str]:
+    """How the pages quote docs/data/timings.json: the set-up, make run, make test's CI runs."""
+    import json
+
+    timings = json.loads((DOCS / "data" / "timings.json").read_text())
+    assert {"machine", "date", "source", "measurements"} <= set(timings)
+    m = timings["measurements"]
+    assert all({"command", "what", "seconds"} <= set(entry) for entry in m.values())
+    low, high = m["setup"]["seconds"]
+    ci = sorted(m["make_test"]["seconds"])
+    return [
+        f"{low // 60}–{high // 60} minutes",
+        f"{m['make_run']['seconds']} s on a fresh clone",
+        f"{ci[0] / 60:.1f} to {ci[-1] / 60:.1f} minutes",
+    ]
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md", "docs/development.md"])
+def test_every_run_time_a_page_quotes_is_the_one_measured_in_docs_data_timings_json(page):
+    text = " ".join((REPO / page).read_text().split())
+    quotes = _measured_quotes()
+    if page == "README.md":
+        text = text.split("## Quick start")[1].split(" ## ")[0]
+        assert all(q in text for q in quotes), f"the quick start does not quote {quotes}"
+        run_s = int(quotes[1].split()[0])
+        assert "in under a minute" not in text or run_s < 60
+    if page == "docs/development.md":  # settings, not run times: the paced sleep, SLURM's and the plugin's periods
+        text = text.split("## Tests")[1].split(" ## ")[0]
+        for setting in ("sleep 10 ms", "30 s enforcement period", "slows by 10 s"):
+            text = text.replace(setting, "")
+    for quote in quotes:
+        text = text.replace(quote, "")
+    assert not re.findall(DURATION, text), f"{page} quotes a time that is not in docs/data/timings.json"
