@@ -21,8 +21,10 @@ through MPI's buffers on a node:
 The sums run in a fixed order in this process (the rows in rank order inside one GEMM, the segments
 in node rank order), so the result does not depend on the MPI library's reduction algorithm and is
 bit for bit the same run to run; it is serial SGD on the global batch, to rounding. Across nodes
-(hierarchical) the node leaders (node rank 0) gather the nodes' D and Allreduce their nodes' sums of
-the rest between the barriers, and every node updates its copy from all the rows.
+(hierarchical) the node leaders (node rank 0) gather the nodes' D and every node's sum of the rest
+between the barriers (added in the leaders' order, so every node gets the same sum whatever the
+library), every node updates its copy from all the rows, and once an epoch the first node's weights
+are broadcast to the others, so nodes with different BLAS kernels cannot drift apart.
 """
 
 import time
@@ -88,6 +90,8 @@ class NodeShared(FirstLayerFactors):
         self.cols = slice(sum(cols[:local]), sum(cols[: local + 1]))  # this rank's columns of W
         self.part = slice(self.first + sum(part[:local]), self.first + sum(part[: local + 1]))  # of the rest
         self.acc = np.empty(part[local], dtype=dt)
+        # a leader's copy of every node's sum of the rest, summed in the leaders' order (across nodes)
+        self.node_sums = np.empty((nodes, rest), dtype=dt) if self.leaders is not None else None
         # a block of the global batch's rows' values, some of this rank's columns (_update_columns)
         self.block_bytes = this_machine().l2_bytes // 2
         self.xc = np.empty((rows, max(1, min(cols[local], self.block_bytes // (rows * dt.itemsize)))), dtype=dt)
@@ -106,6 +110,18 @@ class NodeShared(FirstLayerFactors):
         if self.leaders is not None:
             self.leaders.Bcast(params, root=0)
         self._sync()
+
+    def finish(self, params: np.ndarray) -> None:
+        """Once an epoch across nodes: the first node's weights on every node, so that nodes whose BLAS
+        kernels round the update differently cannot drift apart for longer than an epoch (every other
+        design's finish does the same); nothing on one node."""
+        if self.nodes == 1:
+            return
+        t = time.perf_counter()
+        self.share(params)
+        self.comm.seconds += time.perf_counter() - t
+        if self.leaders is not None and self.leaders.Get_rank() == 0:
+            self.comm.bytes_sent += params.nbytes
 
     def step(self, params: np.ndarray, grads: np.ndarray, step: Step, serve=None) -> None:
         f = self.factors
@@ -194,7 +210,12 @@ class NodeShared(FirstLayerFactors):
             rest[...] = self.segments[0]
             for segment in self.segments[1:]:  # in node rank order
                 rest += segment
-            self.leaders.Allreduce(MPI.IN_PLACE, rest, op=MPI.SUM)
+            # every node's sum, then added in the leaders' order: the same result whatever the
+            # library's reduction (an Allreduce may add in any order, so nodes could differ)
+            self.leaders.Allgather(rest, self.node_sums)
+            rest[...] = self.node_sums[0]
+            for node_sum in self.node_sums[1:]:
+                rest += node_sum
             units = self.d_all.shape[1]
             sizes = [sum(counts[r] for r in block) * units for block in self.blocks]
             starts = [offsets[block[0]] * units for block in self.blocks]
