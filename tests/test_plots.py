@@ -61,7 +61,7 @@ def test_figures_carry_titles_axis_labels_with_units_and_design_legends(small_ru
     _, texts, _ = small_run
     assert "training curves" in texts["curves"]["title"]
     assert texts["curves"]["xlabels"] == ["epoch", "epoch"]
-    assert {"Allreduce", "parameter server (Send/Recv)", "serial"} <= set(texts["curves"]["legend"])
+    assert {"allreduce", "paramserver", "serial"} <= set(texts["curves"]["legend"])
     assert texts["scaling"]["xlabels"][0] == "MPI processes (ranks)"
     assert "ideal" in texts["scaling"]["legend"] and "speedup" in texts["scaling"]["ylabels"][0]
     assert texts["time_split"]["ylabels"] == ["time per epoch and rank (ms)"]
@@ -104,7 +104,7 @@ def test_the_intel_figure_carries_the_originals_numbers_relative_to_their_first_
     texts = scaling(pd.read_csv(m / "runs.csv"), "intel", tmp_path / "s.png", original=True)
     labels = [t for t in texts["legend"] if t.startswith("original Go")]
     assert len(labels) == 2 and all("summed updates" in t and "its own 7 processes" in t for t in labels)
-    assert ORIGINAL_INTEL["Allreduce"][7] / ORIGINAL_INTEL["Allreduce"][30] == pytest.approx(90 / 44)
+    assert ORIGINAL_INTEL["allreduce"][7] / ORIGINAL_INTEL["allreduce"][30] == pytest.approx(90 / 44)
     assert not [t for t in scaling(pd.read_csv(m / "runs.csv"), "x", tmp_path / "t.png")["legend"] if "original" in t]
 
 
@@ -119,7 +119,7 @@ def test_the_scaling_figure_draws_the_cost_models_lines_to_32_ranks(small_run, t
     runs = pd.read_csv(m / "runs.csv")
     model = predict(runs, {"measured here": Link(2e-6, 3e-10)}, range(1, 33))
     texts = scaling(runs, "small", tmp_path / "s.png", model=model)
-    drawn = texts["lines"]["model: Allreduce (MPI timed here)"]
+    drawn = texts["lines"]["model: allreduce (MPI timed here)"]
     expected = model[model["algorithm"] == "allreduce"].sort_values("ranks")
     assert [x for x, _ in drawn] == list(range(1, 33))
     assert [y for _, y in drawn] == pytest.approx(expected["speedup"].tolist())
@@ -151,14 +151,14 @@ def test_every_figure_of_the_table_has_its_caption_and_a_known_report_section():
 def test_the_timeline_figure_draws_one_run_per_design_at_its_largest_rank_count(small_run):
     _, texts, _ = small_run
     rows = texts["timeline"]["rows"]
-    # serial on 1 rank, Allreduce on 2 (not its 1-rank run), the parameter server on 3 (not on 2)
+    # serial on 1 rank, allreduce on 2 (not its 1-rank run), the parameter server on 3 (not on 2)
     assert rows == [
         "serial, rank 0",
-        "Allreduce, rank 0",
-        "Allreduce, rank 1",
-        "parameter server, rank 0 (server)",
-        "parameter server, rank 1",
-        "parameter server, rank 2",
+        "allreduce, rank 0",
+        "allreduce, rank 1",
+        "paramserver, rank 0 (server)",
+        "paramserver, rank 1",
+        "paramserver, rank 2",
     ]
     assert "compute (forward, backward)" in texts["timeline"]["legend"]
     assert "server: apply one worker's update" in texts["timeline"]["legend"]
@@ -166,9 +166,11 @@ def test_the_timeline_figure_draws_one_run_per_design_at_its_largest_rank_count(
 
 
 def test_every_design_has_a_colour_and_names():
-    """The figures' design table and the engine's ALGORITHMS are lists that must agree, in order."""
+    """The figures' design table and the engine's ALGORITHMS are lists that must agree, in order; a
+    design's name in a figure is the one the config, the report and the CLI use."""
     from mpinet.analysis.style import DESIGNS
     from mpinet.engine.options import ALGORITHMS
 
     assert tuple(DESIGNS) == ALGORITHMS
+    assert all(d.name == a for a, d in DESIGNS.items())
     assert len({d.color for d in DESIGNS.values()}) == len(DESIGNS)  # no two designs share a colour

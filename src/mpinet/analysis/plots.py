@@ -2,6 +2,7 @@
 by training-set size and against time. One curve per configuration, seeds averaged with a band."""
 
 import json
+import math
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -16,18 +17,20 @@ from mpinet.analysis.figures import NAMES
 from mpinet.analysis.scaling import scaling, time_split
 from mpinet.analysis.style import (
     DESIGN_ORDER,
-    DESIGNS,
+    design_name,
     design_palette,
     finish,
     labelled,
     ranks_text,
     subplots,
     variant_name,
+    whole_epochs,
 )
 from mpinet.analysis.timelines import timeline_figure
 from mpinet.study.experiments import varying
 
 MAX_VARIANT_ROWS = 6
+PANEL_COLUMNS = 3  # designs (data_size) side by side before a figure wraps to another row
 
 
 @dataclass
@@ -75,7 +78,8 @@ def plot_dataset(dataset: str, inputs: FigureInputs, out: dict, target: float | 
         raise MpinetError(f"{best['run_dir']}: the best run's confusion.csv is not among the inputs")
     texts["confusion"] = confusion(
         matrix,
-        f"{name}: confusion matrix of the best run ({DESIGNS[best['algorithm']].name}, {ranks_text(best['ranks'])}, "
+        f"{name}: confusion matrix of the best run ({design_name(best['algorithm'], best.get('trained_as'))}, "
+        f"{ranks_text(best['ranks'])}, "
         f"seed {best['seed']}, test accuracy {best['final_test_accuracy']:.3f})",
         out["confusion"],
     )
@@ -100,37 +104,39 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
 
 def data_size(epochs: pd.DataFrame, title: str, path) -> dict:
     """The original's data-size comparison (its 220 vs 14,000 images): training loss and test accuracy
-    per epoch for each training-set size, one column per design (at its largest rank count), seeds
-    averaged with a min-to-max band. Weak-scaling runs, whose size follows their ranks, are left out."""
+    per epoch for each training-set size, one column per design (at its largest rank count; past
+    PANEL_COLUMNS designs a second row), seeds averaged with a min-to-max band. Weak-scaling runs,
+    whose size follows their ranks, are left out."""
     df = labelled(epochs)
     if "samples_per_rank" in df:
         df = df[df["samples_per_rank"] == 0]
     # the other swept parameters (faithful, lr, ...) tell curves of one size apart by line style
     others = [c for c in varying(df) if c not in ("train_samples", "samples_per_rank")]
     df = df.assign(variant=df[others].apply(variant_name, axis=1) if others else "")
-    widest = df.groupby("algorithm")["ranks"].transform("max")
-    df = df[df["ranks"] == widest].sort_values("algorithm", key=lambda c: c.map(DESIGN_ORDER))
-    designs = list(dict.fromkeys(df["algorithm"]))
-    fig, grid = subplots(2, max(1, len(designs)), figsize=(5.5 * max(1, len(designs)), 8), squeeze=False)
+    widest = df.groupby("design")["ranks"].transform("max")
+    df = df[df["ranks"] == widest].sort_values("algorithm", key=lambda c: c.map(DESIGN_ORDER), kind="stable")
+    designs = list(dict.fromkeys(df["design"]))
+    fig, pairs = _panel_pairs(len(designs))
     sizes = sorted(df["trained_samples"].unique())
-    if len(sizes) < 2:
-        for ax in grid.flat:
-            ax.text(0.5, 0.5, "one training-set size:\nsweep train_samples for this figure", ha="center", va="center")
     palette = dict(zip(sizes, sns.color_palette("viridis", len(sizes))))
-    for column, algorithm in zip(grid.T, designs):
-        part = df[df["algorithm"] == algorithm]
+    for pair, design in zip(pairs, designs):
+        part = df[df["design"] == design]
         part = part.assign(samples=part["trained_samples"].map("{:,} samples".format))
         _loss_and_accuracy(
-            column,
+            pair,
             part,
-            f"{DESIGNS[algorithm].name}, {ranks_text(int(part['ranks'].iloc[0]))}",
+            f"{design}, {ranks_text(int(part['ranks'].iloc[0]))}",
             hue="samples",
             style="variant" if others else None,
             hue_order=[f"{n:,} samples" for n in sizes if n in set(part["trained_samples"])],
             palette={f"{n:,} samples": c for n, c in palette.items()},
         )
-    axes = list(grid.flat)
-    return finish(fig, axes, f"{title}: loss and accuracy by training-set size (band: min to max over seeds)", path)
+    # said once, under the title: the study trained one size, so each panel holds one curve per variant
+    note = "\n(one training-set size: sweep train_samples to compare sizes)" if len(sizes) < 2 else ""
+    axes = [ax for pair in pairs for ax in pair]
+    return finish(
+        fig, axes, f"{title}: loss and accuracy by training-set size (band: min to max over seeds){note}", path
+    )
 
 
 def time_to_accuracy(epochs: pd.DataFrame, title: str, path, target: float | None = None) -> dict:
@@ -143,8 +149,12 @@ def time_to_accuracy(epochs: pd.DataFrame, title: str, path, target: float | Non
     keys = ["variant", "design", "algorithm", "ranks", "epoch"]
     mean = df.groupby(keys, sort=False)[["elapsed_s", "test_accuracy"]].mean().reset_index()
     variants, title = _shown_variants(mean["variant"], title)
-    fig, grid = subplots(1, len(variants), figsize=(8 * len(variants), 4.5), squeeze=False, sharey=True)
-    axes = list(grid.flat)
+    cols = min(2, len(variants))  # two panels a row: the figure stays under 1,800 px wide
+    rows = math.ceil(len(variants) / cols)
+    fig, grid = subplots(rows, cols, figsize=(8 * cols, 4.5 * rows), squeeze=False, sharey=True)
+    axes = list(grid.flat)[: len(variants)]
+    for ax in list(grid.flat)[len(variants) :]:
+        ax.set_visible(False)
     for ax, variant in zip(axes, variants):
         part = mean[mean["variant"] == variant]
         sns.lineplot(
@@ -187,10 +197,10 @@ def class_counts(summary_json, title: str, path) -> dict:
     sns.barplot(data=df, x="class", y="samples", hue="split", ax=ax)
     ax.set_xlabel("class")
     ax.set_ylabel("samples")
-    kind = " (SYNTHETIC images)" if s.get("synthetic") else ""
-    # how a table was read, wrapped to the figure's width: a wrong guess of `auto` shows here
+    # the title names generated data already (plot_dataset); how a table was read, wrapped to the
+    # figure's width: a wrong guess of `auto` shows here
     read = "\n" + textwrap.fill(how_read(s["table"]), width=int(10 * fig.get_figwidth())) if "table" in s else ""
-    return finish(fig, [ax], f"{title}{kind}: samples per class{read}", path)
+    return finish(fig, [ax], f"{title}: samples per class{read}", path)
 
 
 def how_read(table: dict) -> str:
@@ -219,6 +229,19 @@ def best_run(runs: pd.DataFrame, dataset: str) -> pd.Series:
     return r.iloc[0]
 
 
+def _panel_pairs(n: int):
+    """A figure of n loss-over-accuracy panel pairs, PANEL_COLUMNS side by side at most (the figure
+    stays under 1,800 px wide); the pairs, the cells no pair uses hidden."""
+    cols = min(PANEL_COLUMNS, max(1, n))
+    rows = math.ceil(max(1, n) / cols)
+    fig, grid = subplots(2 * rows, cols, figsize=(max(6.5, 5.2 * cols), 7.6 * rows), squeeze=False)
+    pairs = [(grid[2 * (i // cols), i % cols], grid[2 * (i // cols) + 1, i % cols]) for i in range(rows * cols)]
+    for top, low in pairs[n:]:
+        top.set_visible(False)
+        low.set_visible(False)
+    return fig, pairs[:n]
+
+
 def _shown_variants(variants: pd.Series, title: str) -> tuple[list[str], str]:
     """The first MAX_VARIANT_ROWS variants, and the title naming those left out (on stderr too)."""
     every = sorted(variants.unique())
@@ -239,6 +262,7 @@ def _loss_and_accuracy(axes, part: pd.DataFrame, title: str, **style) -> None:
     ):
         sns.lineplot(data=part, x="epoch", y=y, errorbar=("pi", 100), ax=ax, **style)
         ax.set_xlabel("epoch")
+        whole_epochs(ax)
         ax.set_ylabel(label)
         ax.set_title(title, fontsize=9)
     axes[0].set_yscale("log")

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from matplotlib.patches import Patch
 from matplotlib.ticker import ScalarFormatter
 
 from mpinet.analysis.baselines import quotable
@@ -23,14 +24,16 @@ from mpinet.analysis.style import (
 from mpinet.study.experiments import variant_values, varying
 
 # The original Go project's hand-typed Intel timings (goai/plot/resultstopng.go; units and epoch
-# counts never recorded): processes -> time. Drawn on the Intel scaling figure as its speedup
+# counts never recorded), by our name of each design (its Allreduce, its Send/Recv parameter server):
+# processes -> time. Drawn on the Intel scaling figure as its speedup
 # relative to its own first point (7 processes), for comparison only: other hardware, summed updates.
 ORIGINAL_INTEL = {
-    "Allreduce": {7: 90, 8: 74, 10: 74, 12: 69, 16: 59, 20: 60, 25: 47, 30: 44},
-    "Send/Recv": {7: 203, 8: 149, 10: 118, 12: 120, 16: 111, 20: 113, 25: 138, 30: 140},
+    "allreduce": {7: 90, 8: 74, 10: 74, 12: 69, 16: 59, 20: 60, 25: 47, 30: 44},
+    "paramserver": {7: 203, 8: 149, 10: 118, 12: 120, 16: 111, 20: 113, 25: 138, 30: 140},
 }
 
 
+BARS_PER_PANEL = 16  # time_split's bars side by side: the figure stays under 1,800 px wide
 THROUGHPUT = "throughput scaling: batch per rank fixed, the global batch grows"
 FIXED_GLOBAL = "fixed global batch: the updates of serial at that batch"
 
@@ -62,7 +65,8 @@ def scaling(
     _accuracy_panel(acc, table, variants)
     if df.empty:
         for ax in (speed, eff):
-            ax.text(0.5, 0.5, "no speedup to draw:\nthe study has no matching serial run", ha="center", va="center")
+            note = "no speedup to draw:\nthe study has no\nmatching serial run"
+            ax.text(0.5, 0.5, note, ha="center", va="center", fontsize=9, transform=ax.transAxes)
     else:
         _speedup_panels((speed, eff), df, variants)
     for ax in (speed, eff):
@@ -77,7 +81,7 @@ def scaling(
         ranks |= {4, 8, 16, 32}
     if original:
         _original_markers(speed)
-        ranks |= set(ORIGINAL_INTEL["Allreduce"])
+        ranks |= set(ORIGINAL_INTEL["allreduce"])
     shown = [ax for ax in (speed, eff, weak_ax, global_ax, acc) if ax is not None]
     speeds = [ax for ax in (speed, global_ax) if ax is not None]
     _scaling_axes(shown, speeds, sorted(ranks), wide=original or with_model)
@@ -138,42 +142,58 @@ def _global_panel(ax, fixed: pd.DataFrame) -> None:
 
 def time_split(runs: pd.DataFrame, title: str, path) -> dict:
     """Median epoch time split into compute, moving bytes and waiting for the slowest rank, per
-    design and rank count (tables without the split draw communication as one part)."""
+    design and rank count (tables without the split draw communication as one part): one panel per
+    variant, another past BARS_PER_PANEL bars, the legend under the panels."""
     runs = runs.copy()
     split = "median_wait_s" in runs and runs["median_wait_s"].notna().any()
     if split:
         runs["median_transfer_s"] = runs["median_transfer_s"].fillna(runs["median_comm_s"])
         runs["median_wait_s"] = runs["median_wait_s"].fillna(0.0)
     parts = ["median_compute_s", *(("median_transfer_s", "median_wait_s") if split else ("median_comm_s",))]
-    g = labelled(runs).groupby(["variant", "algorithm", "ranks"], sort=False)[parts]
+    g = labelled(runs).groupby(["variant", "design", "algorithm", "ranks"], sort=False)[parts]
     df = g.mean().reset_index()
-    order = ["variant", "algorithm", "ranks"]
+    order = ["variant", "algorithm", "design", "ranks"]
     df = df.sort_values(order, key=lambda c: c.map(DESIGN_ORDER) if c.name == "algorithm" else c)
-    # one parameter per line, so a bar's label never runs into its neighbour's
-    labels = [
-        "\n".join([DESIGNS[a].short, ranks_text(r), *filter(None, v.split(", "))])
-        for v, a, r in zip(df["variant"], df["algorithm"], df["ranks"])
-    ]
-    fig, ax = subplots(figsize=(max(6, 1.3 * len(df)), 4.5))
+    panels = [
+        (variant, part.iloc[i : i + BARS_PER_PANEL])
+        for variant, part in df.groupby("variant", sort=False)
+        for i in range(0, len(part), BARS_PER_PANEL)
+    ] or [("", df)]
+    most = max(len(part) for _, part in panels)
+    fig, grid = subplots(len(panels), 1, figsize=(max(6, 0.9 * most + 1.4), 0.6 + 2.7 * len(panels)), squeeze=False)
+    axes = list(grid.flat)
+    top = max(float(df[parts].sum(axis=1).max() * 1e3), 1e-9) if len(df) else 1.0
+    for ax, (variant, part) in zip(axes, panels):
+        _split_bars(ax, part, parts)
+        ax.set_title(variant, fontsize=9)
+        ax.set_ylim(0, top * 1.05)  # one scale in every panel
+    entries = {SPLIT_STYLES[p][0]: Patch(facecolor="#8c8c8c", **SPLIT_STYLES[p][1]) for p in parts}
+    bottom = figure_legend(fig, [], entries=entries)  # under the panels: it never covers a bar
+    return finish(fig, axes, f"{title}: where an epoch's time goes", path, legend=False, bottom=bottom)
+
+
+SPLIT_STYLES = {  # a part of the epoch: its legend label and how its bar segment is drawn
+    "median_compute_s": ("compute", {}),
+    "median_comm_s": ("communication (hatched)", {"alpha": 0.4, "hatch": "//"}),
+    "median_transfer_s": ("communication: moving bytes (hatched)", {"alpha": 0.4, "hatch": "//"}),
+    "median_wait_s": ("communication: waiting for the slowest rank (dotted)", {"alpha": 0.2, "hatch": ".."}),
+}
+
+
+def _split_bars(ax, df: pd.DataFrame, parts: list[str]) -> None:
+    """One stacked bar per design and rank count, labelled with both on lines of their own."""
     x = np.arange(len(df))
     colors = [DESIGNS[a].color for a in df["algorithm"]]
-    styles = {
-        "median_compute_s": ("compute", {}),
-        "median_comm_s": ("communication (hatched)", {"alpha": 0.4, "hatch": "//"}),
-        "median_transfer_s": ("communication: moving bytes (hatched)", {"alpha": 0.4, "hatch": "//"}),
-        "median_wait_s": ("communication: waiting for the slowest rank (dotted)", {"alpha": 0.2, "hatch": ".."}),
-    }
-    bottom, handles = np.zeros(len(df)), []
+    bottom = np.zeros(len(df))
     for part in parts:
-        label, style = styles[part]
-        bars = ax.bar(x, df[part] * 1e3, bottom=bottom, color=colors, label=label, **style)
-        handles.append(bars.patches[0])
+        label, style = SPLIT_STYLES[part]
+        ax.bar(x, df[part] * 1e3, bottom=bottom, color=colors, label=label, **style)
         bottom = bottom + df[part].to_numpy() * 1e3  # a new array: bar() keeps the one it was given
-    ax.set_xticks(x, labels, fontsize=7)
+    names = df["design"].str.replace(" → ", " →\n")  # auto → node: a line each
+    labels = [f"{d}\n{ranks_text(r)}" for d, r in zip(names, df["ranks"])]
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_xlim(-0.6, max(len(df), 4) - 0.4)  # a lone bar stays a bar's width, not the panel's
     ax.set_ylabel("time per epoch and rank (ms)")
-    ax.set_ylim(0, max(bottom.max(), 1e-9) * 1.12)  # room above the tallest bar for the legend
-    ax.legend(handles=handles, labels=[styles[p][0] for p in parts], fontsize=8)
-    return finish(fig, [ax], f"{title}: where an epoch's time goes", path)
 
 
 def _bars(df: pd.DataFrame, measure: str) -> pd.DataFrame:

@@ -2,10 +2,12 @@
 figure shares (its axes, the design and variant of each row of a table, its title and texts)."""
 
 import math
+import textwrap
 from dataclasses import dataclass
 
 import pandas as pd
 from matplotlib.figure import Figure  # the object API draws without pyplot, so no display backend is chosen
+from matplotlib.ticker import MaxNLocator
 
 from mpinet.analysis.figures import save_png
 from mpinet.study.experiments import variant_values, varying
@@ -14,22 +16,20 @@ from mpinet.study.experiments import variant_values, varying
 @dataclass(frozen=True)
 class Design:
     color: str
-    name: str  # legends and titles
-    short: str  # under a bar, where the full name would run into its neighbour's
-    timeline: str  # a timeline row's label
+    name: str  # every legend, title, bar and timeline row; the report and the CLI say the same (the config's key)
 
 
 # in the engine's order (mpinet.engine.options.ALGORITHMS; a test ties them), which is also the order drawn
-DESIGNS = {
-    "serial": Design("#4d4d4d", "serial", "serial", "serial"),
-    "allreduce": Design("#1f77b4", "Allreduce", "Allreduce", "Allreduce"),
-    "node": Design("#17becf", "one copy per node (shared memory)", "node shm", "node shared"),
-    "allgather": Design("#2ca02c", "Allgather (factors)", "Allgather", "Allgather"),
-    "sharded": Design("#9467bd", "sharded first layer", "sharded", "sharded first layer"),
-    "grid": Design("#8c564b", "process grid (groups x shards)", "grid", "process grid"),
-    "paramserver": Design("#d62728", "parameter server (Send/Recv)", "Send/Recv PS", "parameter server"),
-    "auto": Design("#ff7f0e", "auto (fastest of a trial)", "auto", "auto"),
-}
+DESIGNS = {a: Design(c, a) for a, c in (
+    ("serial", "#4d4d4d"),
+    ("allreduce", "#1f77b4"),
+    ("node", "#17becf"),
+    ("allgather", "#2ca02c"),
+    ("sharded", "#9467bd"),
+    ("grid", "#8c564b"),
+    ("paramserver", "#d62728"),
+    ("auto", "#ff7f0e"),
+)}  # fmt: skip
 DESIGN_ORDER = {a: i for i, a in enumerate(DESIGNS)}
 
 
@@ -47,10 +47,8 @@ def ranks_text(n: int) -> str:
 def labelled(df: pd.DataFrame) -> pd.DataFrame:
     """Add a readable design name and the variant: the other parameters the sweeps vary, as 'lr=0.3, …'."""
     df = df.copy()
-    df["design"] = df["algorithm"].map({a: d.name for a, d in DESIGNS.items()})
-    if "trained_as" in df:  # auto drawn as what it trained: "auto → node"
-        auto = df["algorithm"] == "auto"
-        df.loc[auto, "design"] = "auto → " + df.loc[auto, "trained_as"].astype(str)
+    trained = df["trained_as"] if "trained_as" in df else pd.Series(None, index=df.index, dtype=object)
+    df["design"] = [design_name(a, t) for a, t in zip(df["algorithm"], trained)]
     columns = varying(df)  # each value set of the parameters the sweeps vary is its own curve
     df["variant"] = ""
     if columns:
@@ -59,22 +57,41 @@ def labelled(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def design_name(algorithm: str, trained_as=None) -> str:
+    """The design's one name (DESIGNS); auto as what it trained: 'auto → node'."""
+    if algorithm == "auto" and isinstance(trained_as, str) and trained_as:
+        return f"auto → {trained_as}"
+    return DESIGNS[algorithm].name
+
+
 def variant_name(values: pd.Series) -> str:
-    """'lr=0.3, hidden=30-20': the values that set a variant apart (samples_per_rank 0 is off, not a value)."""
+    """'lr=0.3, hidden=30-20': the values that set a variant apart (samples_per_rank 0 is off, not a
+    value; train_samples 0 is the whole training set: 'all')."""
     shown = {c: v for c, v in values.items() if pd.notna(v) and not (c == "samples_per_rank" and v == 0)}
+    shown = {c: "all" if c == "train_samples" and v == 0 else v for c, v in shown.items()}
     return ", ".join(f"{c}={v:g}" if isinstance(v, float) else f"{c}={v}" for c, v in shown.items())
 
 
 def design_palette(df: pd.DataFrame) -> dict:
-    """Design name -> colour, for the designs of a table."""
-    return {d.name: d.color for a, d in DESIGNS.items() if a in set(df["algorithm"])}
+    """Design name (labelled's `design`, auto's 'auto → node' included) -> colour, for a table's designs."""
+    return {name: DESIGNS[a].color for name, a in zip(df["design"], df["algorithm"])}
 
 
-def figure_legend(fig, axes, foot: float = 0.0) -> float:
+def whole_epochs(ax) -> None:
+    """Ticks at whole epochs only on an epoch x axis (never 2.5)."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def wrapped(title: str, width_in: float) -> str:
+    """A title's lines wrapped to a figure `width_in` inches wide at 11 points, so none leaves the canvas."""
+    return "\n".join(textwrap.fill(line, width=int(10.5 * width_in)) for line in title.split("\n"))
+
+
+def figure_legend(fig, axes, foot: float = 0.0, entries: dict | None = None) -> float:
     """One legend under all the panels, from every panel's labelled lines (each label once, in the
-    order drawn), above a footnote `foot` inches high; the figure grows by the legend's height.
-    Returns the share of the figure's height below the panels, for finish()."""
-    entries = {}
+    order drawn) or `entries` (label -> handle), above a footnote `foot` inches high; the figure grows
+    by the legend's height. Returns the share of the figure's height below the panels, for finish()."""
+    entries = dict(entries or {})
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(label, handle)
@@ -88,7 +105,8 @@ def figure_legend(fig, axes, foot: float = 0.0) -> float:
         list(entries.values()),
         list(entries),
         loc="lower center",
-        bbox_to_anchor=(0.5, foot / (height + legend)),
+        bbox_to_anchor=(fig.get_figwidth() / 2, foot),  # in inches: it stays put when a long title grows the figure
+        bbox_transform=fig.dpi_scale_trans,
         ncol=ncol,
         fontsize=7,
         frameon=False,
@@ -97,14 +115,22 @@ def figure_legend(fig, axes, foot: float = 0.0) -> float:
 
 
 def finish(fig, axes, title: str, path, legend: bool = True, bottom: float = 0) -> dict:
-    """Title, save atomically and close; returns the figure's texts (title, axis labels, legend entries).
+    """Title and save atomically; returns the figure's texts (title, axis labels, legend entries) and,
+    as `figure`, the drawn Figure itself, for tests that measure where its texts landed.
     `bottom`: the share of the figure's height kept free below the axes (for a footnote)."""
-    fig.suptitle(title, fontsize=11)
+    title = wrapped(title, fig.get_figwidth())
+    # a title of several lines grows the figure, not shrinks the panels
+    lines, height = title.count("\n") + 1, fig.get_figheight()
+    fig.set_figheight(height + 0.18 * (lines - 1))
+    bottom = bottom * height / fig.get_figheight()
+    fig.suptitle(title, fontsize=11, y=1 - 0.1 / fig.get_figheight())  # 0.1 inch from the top, however tall
     if legend:
         for ax in axes:
             if ax.get_legend() is not None:  # redraw, so lines added after seaborn's legend appear too
                 ax.legend(fontsize=8, loc="best")
     fig.tight_layout(rect=(0, bottom, 1, 1))
+    # tight_layout keeps too little room for a suptitle above several rows: the title's lines and a panel title's
+    fig.subplots_adjust(top=min(fig.subplotpars.top, 1 - (0.4 + 0.18 * lines) / fig.get_figheight()))
     texts = {
         "title": title,
         "xlabels": [ax.get_xlabel() for ax in axes],
@@ -122,4 +148,4 @@ def finish(fig, axes, title: str, path, legend: bool = True, bottom: float = 0) 
         },
     }
     save_png(fig, path)
-    return texts
+    return {**texts, "figure": fig}

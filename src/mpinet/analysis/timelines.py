@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from mpinet.analysis.figures import save_png
-from mpinet.analysis.style import DESIGN_ORDER, DESIGNS
+from mpinet.analysis.style import DESIGN_ORDER, design_name, wrapped
 from mpinet.layout import TIMELINE_FILE
 
 STEPS_SHOWN = 6  # per design: enough to see the pattern repeat, few enough to read each phase
@@ -66,7 +66,7 @@ def timeline_figure(runs: pd.DataFrame, title: str, path) -> dict:
         trace = json.loads((Path(run["run_dir"]) / TIMELINE_FILE).read_text())
         for tid, spans in sorted(lanes(trace).items()):
             role = " (server)" if any(p in ("apply", "send") for p, _, _ in spans) else ""
-            rows.append((f"{DESIGNS[run['algorithm']].timeline}, rank {tid}{role}", spans))
+            rows.append((f"{design_name(run['algorithm'], run.get('trained_as'))}, rank {tid}{role}", spans))
     fig = Figure(figsize=(11, 1.6 + 0.32 * max(len(rows), 3)))
     ax = fig.subplots()
     for i, (_, spans) in enumerate(rows):
@@ -91,9 +91,11 @@ def timeline_figure(runs: pd.DataFrame, title: str, path) -> dict:
             va="center",
             transform=ax.transAxes,
         )
-    label = ", ".join(f"{DESIGNS[a].timeline} on {r}" for a, r in zip(chosen["algorithm"], chosen["ranks"]))
+    trained = chosen["trained_as"] if "trained_as" in chosen else [None] * len(chosen)
+    names = [design_name(a, t) for a, t in zip(chosen["algorithm"], trained)]
+    label = ", ".join(f"{n} on {r}" for n, r in zip(names, chosen["ranks"]))
     full = f"{title}: per-rank timeline of one run per design ({label or 'none'})"
-    fig.suptitle(full, fontsize=10)
+    fig.suptitle(wrapped(full, fig.get_figwidth()), fontsize=10)
     fig.tight_layout()
     save_png(fig, path)
     legend = [PHASE_NAMES[p] for p in shown]
@@ -103,6 +105,7 @@ def timeline_figure(runs: pd.DataFrame, title: str, path) -> dict:
         "ylabels": [ax.get_ylabel()],
         "legend": legend,
         "rows": [label for label, _ in rows],
+        "figure": fig,  # for tests that measure where its texts landed (style.finish returns it too)
     }
 
 
