@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 import yaml
@@ -51,6 +52,11 @@ MISTAKES = [
         lambda c: c["datasets"]["iris"].update(source="bundled:mnist"),
         ["datasets.iris.source"],
     ),
+    (
+        "a source file that is not there",
+        lambda c: c["datasets"]["iris"].update(source="data/iris.csv"),
+        ["datasets.iris.source"],
+    ),
 ]
 
 
@@ -64,19 +70,23 @@ def shown_as(message: str, line: str) -> bool:
     return re.fullmatch(".*".join(map(re.escape, message.split("…"))), line) is not None
 
 
-def message_for(path: str) -> str:
-    """The page's message for a config mistake at this key path."""
-    (message,) = [m for m in page_messages(f"{CONFIG}: ") if m.startswith(f"{CONFIG}: {path}: ")]
-    return message
+def shown_for(path: str, line: str) -> bool:
+    """Whether a printed line is one of the page's messages for a config mistake at this key path."""
+    messages = [m for m in page_messages(f"{CONFIG}: ") if m.startswith(f"{CONFIG}: {path}: ")]
+    return any(shown_as(m, line) for m in messages)
+
+
+def workflow_copy(wd):
+    """wd with the workflow, its configs, the package and the profile: a study directory of its own."""
+    for part in ("workflow", "config", "src", "profiles"):
+        shutil.copytree(REPO / part, wd / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return wd
 
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     """A directory of its own with the workflow and a good study (TINY and a third sweep)."""
-    wd = tmp_path_factory.mktemp("errors")
-    for part in ("workflow", "config", "src", "profiles"):
-        shutil.copytree(REPO / part, wd / part, ignore=shutil.ignore_patterns("__pycache__"))
-    return wd
+    return workflow_copy(tmp_path_factory.mktemp("errors"))
 
 
 def good_config() -> dict:
@@ -100,14 +110,65 @@ def test_a_config_mistake_is_refused_at_plan_time_in_one_line_naming_file_and_ke
     refusals = lines[len(SNAKEMAKE_NOISE) :]
     assert len(refusals) == len(paths), refusals
     for line, path in zip(sorted(refusals), sorted(paths)):
-        assert line.startswith(f"{CONFIG}: {path}: ") and shown_as(message_for(path), line), (line, path)
+        assert line.startswith(f"{CONFIG}: {path}: ") and shown_for(path, line), (line, path)
     assert not (study / "results").exists() and not (study / "resources").exists()
 
 
+def page_message(containing: str) -> str:
+    """The one message on the page that contains this text."""
+    (message,) = [m for m in page_messages("") if containing in m]
+    return message
+
+
+def run_study(wd, datasets: dict) -> subprocess.CompletedProcess:
+    """`snakemake` (no dry run) of a study with these datasets, one experiment each."""
+    config = {"datasets": datasets, "experiments": [{"dataset": name, "epochs": 1} for name in datasets]}
+    (wd / CONFIG).write_text(yaml.safe_dump(config))
+    cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", CONFIG]
+    return subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300, env=copy_env(wd))
+
+
+def data_refusal(p: subprocess.CompletedProcess, wd) -> str:
+    """The one error line of a run stopped by bad data, after checking the rest: a non-zero exit, no
+    traceback or Python frame, the fetched copy not named, no MPI timing yet and nothing prepared."""
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "Traceback" not in out and 'File "' not in out, out
+    (line,) = [line for line in out.splitlines() if line.startswith("mpinet.datacli: error:")]
+    assert "resources/raw" not in line, line
+    assert not list(wd.glob("results/*/metrics/commbench.csv")) and not list(wd.glob("resources/data/*/summary.json"))
+    return line
+
+
+@pytest.mark.workflow
+def test_a_bad_table_cell_stops_the_study_before_any_mpi_timing_in_one_line_naming_the_users_file(tmp_path):
+    wd = workflow_copy(tmp_path)
+    (wd / "data").mkdir()
+    (wd / "data" / "t.csv").write_text("a,b,label\n1,2,x\n3,oops,y\n" + "5,6,x\n7,8,y\n" * 3)
+    line = data_refusal(run_study(wd, {"t": {"source": "data/t.csv", "format": "csv"}}), wd)
+    assert shown_as(page_message("'oops' is not a number (full log"), line), line
+
+
+@pytest.mark.workflow
+def test_two_corrupt_images_are_both_named_in_one_line_before_any_mpi_timing(tmp_path):
+    from mpinet.datasets.fetch import fetch
+    from mpinet.datasets.synthetic import make_archive
+
+    wd = workflow_copy(tmp_path / "study")
+    photos = fetch(str(make_archive(tmp_path / "a.zip", 4, 3, 0, 16)), wd / "photos")
+    bad = [photos / "seg_train/seg_train/forest/00001.jpg", photos / "seg_test/seg_test/sea/00002.jpg"]
+    for f in bad:
+        f.write_bytes(b"\xff\xd8 not really a jpeg")
+    line = data_refusal(run_study(wd, {"photos": {"source": "photos", "format": "images", "image_size": 16}}), wd)
+    assert shown_as(page_message("2 images cannot be decoded"), line), line
+    assert all(str(f.relative_to(photos)) in line for f in bad)
+    assert (wd / "logs/data/prepare_photos.log").read_text().count("cannot decode image (") == 2
+
+
 def test_the_page_quotes_no_config_refusal_the_catalogue_does_not_cause():
-    caused = {path for _, _, paths in MISTAKES for path in paths}
-    quoted = [m.split(": ")[1] for m in page_messages(f"{CONFIG}: ")]
-    assert sorted(quoted) == sorted(caused)  # one message per key path, each caused above
+    caused = Counter(path for _, _, paths in MISTAKES for path in paths)
+    quoted = Counter(m.split(": ")[1] for m in page_messages(f"{CONFIG}: "))
+    # every key path quoted is caused above, by at least as many mistakes as the page has messages for it
+    assert set(quoted) == set(caused) and all(quoted[path] <= caused[path] for path in quoted), (quoted, caused)
 
 
 def test_a_close_match_is_offered_for_unknown_keys_and_values_and_none_where_nothing_is_close():

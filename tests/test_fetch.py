@@ -1,3 +1,4 @@
+import gzip
 import hashlib
 import io
 import tarfile
@@ -294,3 +295,47 @@ def test_a_synthetic_source_other_than_the_intel_layout_is_refused_not_drawn_as_
     assert source_error("images", {"source": "synthetic:intel"}) is None
     refused = source_error("cifar", {"source": "synthetic:cifar"})
     assert refused == "datasets.cifar.source: unknown synthetic dataset 'synthetic:cifar'; expected synthetic:intel"
+
+
+def test_an_error_about_the_fetched_copy_names_the_users_file_folder_or_archive_member(
+    synthetic_zip, tmp_path, monkeypatch
+):
+    from mpinet.datasets.origin import as_written
+
+    monkeypatch.chdir(tmp_path)  # sources as a user writes them: relative to the working directory
+    Path("my data.csv").write_text("a,label\n1,x\n")
+    Path("t.csv.gz").write_bytes(gzip.compress(b"a,label\n1,x\n"))
+    fetch(str(synthetic_zip), "photos")
+    for source, raw in [("my data.csv", "raw/one"), ("t.csv.gz", "raw/gz"), ("photos/", "raw/dir")]:
+        fetch(source, raw)
+    # a file (copied, or decompressed under another name) by its source; every mention of the copy
+    assert (
+        as_written("raw/one/my data.csv: row 3 has 1 cells", "raw/one", "my data.csv")
+        == "my data.csv: row 3 has 1 cells"
+    )
+    assert as_written("raw/gz/t.csv: row 3 has 1 cells", "raw/gz", "t.csv.gz") == "t.csv.gz: row 3 has 1 cells"
+    folder = "raw/dir/train/a/1.jpg: cannot decode ('raw/dir/train/a/1.jpg'); raw/dir: 1 image"
+    assert (
+        as_written(folder, "raw/dir", "photos/")
+        == "photos/train/a/1.jpg: cannot decode ('photos/train/a/1.jpg'); photos/: 1 image"
+    )
+    # an archive's (or a download's) members as `<archive>: <member>`, the archive itself by its name
+    assert as_written("raw/z/train/a: no images", "raw/z", "a.zip") == "a.zip: train/a: no images"
+    assert as_written("raw/z: no training images", "raw/z", "http://h/x.tgz") == "http://h/x.tgz: no training images"
+    # another dataset's copy whose name starts alike, and a message without the copy, stay as they are
+    assert as_written("raw/dir2/x.csv: bad", "raw/dir", "photos/") == "raw/dir2/x.csv: bad"
+    assert as_written("--options: unknown key(s) x", "raw/dir", "photos/") == "--options: unknown key(s) x"
+
+
+def test_a_missing_local_source_is_named_as_written_and_other_sources_are_not_looked_for(tmp_path, monkeypatch):
+    from mpinet.datasets.origin import missing_source
+
+    monkeypatch.chdir(tmp_path)
+    Path("here.csv").write_text("a\n")
+    assert (
+        missing_source("t", "data/t.csv")
+        == f"datasets.t.source: data/t.csv: no such file or folder (relative to {tmp_path})"
+    )
+    assert missing_source("t", "/nowhere/t.csv") == "datasets.t.source: /nowhere/t.csv: no such file or folder"
+    for source in ("here.csv", "bundled:iris", "synthetic:intel", "kaggle:o/d", "https://h/x.zip"):
+        assert missing_source("t", source) is None

@@ -94,6 +94,28 @@ def test_corrupt_jpeg_stops_with_its_name_and_leaves_no_output(raw, tmp_path):
     assert not (tmp_path / "ds").exists() and not (tmp_path / ".ds.partial").exists()
 
 
+def test_every_corrupt_image_is_named_at_once_the_first_few_in_the_line_the_rest_in_the_log(raw, tmp_path, capsys):
+    train, test = raw / "seg_train" / "seg_train", raw / "seg_test" / "seg_test"
+    bad = [test / "sea" / "00002.jpg", train / "forest" / "00001.jpg", train / "forest" / "00003.jpg"]
+    bad.append(train / "sea" / "00000.jpg")
+    for f in bad[:2]:  # one in each split: both named, relative to the dataset's folder
+        f.write_bytes(b"\xff\xd8 not really a jpeg")
+    with pytest.raises(MpinetError) as refused:
+        prepare_images(raw, tmp_path / "ds", ImageOptions(image_size=24))
+    assert str(refused.value) == (
+        f"{raw}: 2 images cannot be decoded: seg_test/seg_test/sea/00002.jpg, seg_train/seg_train/forest/00001.jpg "
+        "(each with its error in the log); set skip_bad_images to skip them"
+    )
+    assert not (tmp_path / "ds").exists() and not (tmp_path / ".ds.partial").exists()
+    for f in bad[2:]:  # four: the first three named, the fourth counted and in the log (stderr) only
+        f.write_bytes(b"\xff\xd8 not really a jpeg")
+    capsys.readouterr()
+    with pytest.raises(MpinetError, match=r": 4 images cannot be decoded: .*forest/00003.jpg and 1 more \(each"):
+        prepare_images(raw, tmp_path / "ds", ImageOptions(image_size=24))
+    logged = capsys.readouterr().err
+    assert all(f"{f}: cannot decode image (UnidentifiedImageError" in logged for f in bad)
+
+
 def _killed(args):
     os._exit(9)
 

@@ -4,11 +4,15 @@
     python -m mpinet.datacli fetch SOURCE OUT_DIR [--sha256 HEX]
     python -m mpinet.datacli prepare RAW_DIR OUT_DIR --format csv|images [--options JSON ...]
 
+each with `--log FILE`: everything the command prints goes to FILE, and its one-line error, if
+any, is printed on the console too, with FILE's path.
+
 Commands rather than Snakemake scripts: a shell rule reruns when its command's text changes and a
 script rule whenever its script file is touched, so these jobs rerun only when their parameters
 or their code fingerprint (mpinet.fingerprints) change. This module is in no fingerprint: a help
 text here refetches nothing. Errors are one line, `mpinet.datacli: error: ...`, and exit 1 (2 for
-bad --options: not JSON, or a key no reader knows).
+bad --options: not JSON, or a key no reader knows); a preparation's names the --source's files (the
+user's file or folder, or `<archive>: <member>`), not their fetched copies under RAW_DIR.
 """
 
 import argparse
@@ -16,6 +20,8 @@ import difflib
 import json
 import os
 import sys
+import traceback
+from pathlib import Path
 
 PROG = "mpinet.datacli"
 
@@ -46,11 +52,46 @@ def parse_args(argv=None) -> argparse.Namespace:
     r.add_argument("--options", default="{}", help="the dataset's config keys as a JSON object")
     r.add_argument("--source", default="", help="the source, as the summary records it")
     r.add_argument("--workers", type=int, default=None, help="image decoding processes (default: the CPUs, at most 8)")
+    for command in (s, f, r):
+        command.add_argument("--log", default="", help="write all output to this file; the error line also on stderr")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    return logged(a.log, lambda: run(a)) if a.log else run(a)
+
+
+def logged(log: str, command) -> int:
+    """command() with everything it and its worker processes print written to log; on failure its
+    error line (or, after a traceback, the traceback's last line) on the console with the log's path."""
+    console = os.fdopen(os.dup(2), "w")
+    saved = os.dup(1), os.dup(2)
+    with open(log, "w") as f:
+        for fd in (1, 2):
+            os.dup2(f.fileno(), fd)
+        try:
+            code = command()
+        except Exception:  # a bug, not bad input: its traceback stays in the log
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, old in zip((1, 2), saved, strict=True):
+                os.dup2(old, fd)
+                os.close(old)
+    if code:
+        lines = [line for line in Path(log).read_text(errors="replace").splitlines() if line.strip()]
+        error = next((line for line in lines if line.startswith(f"{PROG}: error:")), None)
+        error = error or f"{PROG}: error: {lines[-1] if lines else 'failed'} (a bug: the traceback is in the log)"
+        print(f"{error} (full log: {log})", file=console, flush=True)
+    console.close()
+    return code
+
+
+def run(a: argparse.Namespace) -> int:
+    """The command a parses to, as an exit status."""
     from mpinet.adapters import run_command
 
     if a.command == "synthetic":
@@ -62,8 +103,6 @@ def main(argv=None) -> int:
         from mpinet.datasets.fetch import fetch
 
         return run_command(PROG, fetch, a.source, a.out_dir, sha256=a.sha256 or None)
-    from mpinet.datasets.prepare import prepare_dataset
-
     if not os.path.isdir(a.raw_dir):
         print(
             f"{PROG}: error: {a.raw_dir}: no such directory; expected a fetched dataset (fetch it first)",
@@ -78,7 +117,19 @@ def main(argv=None) -> int:
     if message := options_error(options):
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2
-    return run_command(PROG, prepare_dataset, a.raw_dir, a.out_dir, a.format, options, a.source, workers=a.workers)
+    return run_command(PROG, prepare, a.raw_dir, a.out_dir, a.format, options, a.source, workers=a.workers)
+
+
+def prepare(raw_dir: str, out_dir: str, fmt: str, options: dict, source: str, workers=None) -> dict:
+    """prepare_dataset, whose errors name the user's source instead of the fetched copy in raw_dir."""
+    from mpinet import MpinetError
+    from mpinet.datasets.origin import as_written
+    from mpinet.datasets.prepare import prepare_dataset
+
+    try:
+        return prepare_dataset(raw_dir, out_dir, fmt, options, source, workers=workers)
+    except MpinetError as e:
+        raise MpinetError(as_written(str(e), raw_dir, source)) from None
 
 
 def option_keys() -> tuple[str, ...]:

@@ -54,6 +54,7 @@ from mpinet.engine.checkpoint import remove_finished
 from mpinet.engine.options import ALGORITHMS
 from mpinet.launch.slurm import TrainingJob, check_fits, partitions, training_mem_per_cpu
 from mpinet.datasets.sources import local_inputs, prepare_options, source_digest
+from mpinet.datasets.origin import missing_source
 from mpinet.study.config import check_study, config_source
 from mpinet.study.experiments import COLUMNS, dropped_lines
 from mpinet.study.oversubscription import oversubscription_lines
@@ -78,6 +79,12 @@ try:
     )
 except MpinetError as e:
     print(e, file=sys.stderr)
+    sys.exit(1)
+# a local source that is not there, named as written (not a MissingInputException of a fetch job);
+# by the main Snakemake only: a job's own Snakemake (a cluster node's) need not see the user's files
+SOURCES = config["datasets"].items() if workflow.is_main_process else []
+if missing := [m for d, e in SOURCES if (m := missing_source(d, e.get("source", "")))]:
+    print("\n".join(f"{config_source(CONFIGFILES)}: {m}" for m in missing), file=sys.stderr)
     sys.exit(1)
 for line in dropped_lines(EXPERIMENTS):
     print(f"config: {line}", file=sys.stderr)

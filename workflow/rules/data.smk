@@ -18,8 +18,7 @@ rule make_synthetic:
     shell:
         "python -m mpinet.datacli synthetic {output:q} --train-per-class {params.train_per_class} "
         "--test-per-class {params.test_per_class} --pred-count {params.pred_count} "
-        "--size {params.size} --seed {params.seed} > {log:q} 2>&1 "
-        "|| {{ grep -m1 'mpinet.datacli: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
+        "--size {params.size} --seed {params.seed} --log {log:q}"
 
 
 rule fetch:
@@ -42,9 +41,7 @@ rule fetch:
     message:
         "Fetching dataset {wildcards.dataset} from {params.source}"
     shell:
-        "python -m mpinet.datacli fetch {params.source:q} {output:q} --sha256={params.sha256:q} "
-        "> {log:q} 2>&1 "
-        "|| {{ grep -m1 'mpinet.datacli: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
+        "python -m mpinet.datacli fetch {params.source:q} {output:q} --sha256={params.sha256:q} --log {log:q}"
 
 
 rule prepare:
@@ -66,7 +63,9 @@ rule prepare:
         preparation=lambda w: PREPARATION[config["datasets"][w.dataset]["format"]].value(),
     message:
         "Preprocessing dataset {wildcards.dataset} into .npy arrays"
+    # the command writes its log itself (--log) and prints its one-line error, naming the user's
+    # source rather than the copy in resources/raw, with the log's path: the command Snakemake
+    # repeats when the job fails is just the command
     shell:
-        "python -m mpinet.datacli prepare {input.raw:q} {params.out:q} --format {params.fmt} "
-        "--options {params.options:q} --source {params.source:q} --workers {threads} > {log:q} 2>&1 "
-        "|| {{ grep -m1 'mpinet.datacli: error' {log:q} >&2 || tail -n 3 {log:q} >&2; exit 1; }}"
+        "python -m mpinet.datacli prepare {input.raw:q} {params.out:q} --log {log:q} --format {params.fmt} "
+        "--source {params.source:q} --workers {threads} --options {params.options:q}"

@@ -207,7 +207,7 @@ def _decode_splits(root, jobs, classes, staging: Path, size, skip_bad, skipped, 
             x_path = staging / f"{split}_x.npy"
             streamed = digest if split in ("train", "test") else None
             try:
-                kept, pixel_counts = _decode_all(pool, files, x_path, size, dim, skip_bad, skipped, split, streamed)
+                kept, pixel_counts = _decode_all(pool, files, x_path, size, dim, skipped, split, streamed)
             except BrokenProcessPool:  # a worker killed (out of memory, a signal): stop, not wait forever
                 raise MpinetError(f"{root}: a process decoding the {split} images died; out of memory?") from None
             train = (pixel_counts, len(kept) * size * size) if split == "train" else train
@@ -218,11 +218,33 @@ def _decode_splits(root, jobs, classes, staging: Path, size, skip_bad, skipped, 
                 if streamed is not None:
                     streamed.add_file(staging / f"{split}_y.npy")
                 counts[split] = {c: int((y == i).sum()) for i, c in enumerate(classes)}
-            if y is not None and len(y) == 0:
+            if skip_bad and y is not None and len(y) == 0:
                 raise MpinetError(f"{root}: every {split} image was skipped as unreadable")
     finally:
         pool.shutdown(cancel_futures=True)
+    if skipped and not skip_bad:  # every split decoded first, so each bad file is named at once
+        raise MpinetError(_undecodable(root, skipped))
     return counts, train
+
+
+# undecodable files named in the error line; the rest only in the log
+NAMED = 3
+
+
+def _undecodable(root, bad: list[dict]) -> str:
+    """The error for files that cannot be decoded: one by its path and error, several by their count
+    and the first NAMED paths relative to root, each (with its error) printed to stderr, the log."""
+    bad = sorted(bad, key=lambda b: b["file"])
+    for b in bad:
+        print(f"{b['file']}: cannot decode image ({b['error']})", file=sys.stderr)
+    if len(bad) == 1:
+        return f"{bad[0]['file']}: cannot decode image ({bad[0]['error']}); set skip_bad_images to skip it"
+    names = [os.path.relpath(b["file"], root) for b in bad[:NAMED]]
+    more = f" and {len(bad) - NAMED} more" if len(bad) > NAMED else ""
+    return (
+        f"{root}: {len(bad)} images cannot be decoded: {', '.join(names)}{more} (each with its error in the "
+        "log); set skip_bad_images to skip them"
+    )
 
 
 def _standardize_splits(staging: Path, splits: list[str], stats: dict, digest) -> None:
@@ -325,7 +347,7 @@ def _decode_chunk(args) -> tuple[int, list[str | None], np.ndarray | None]:
     return start, errors, pixels.channel_counts(rows[good]) if good else pixels.no_counts()
 
 
-def _decode_all(pool, files, x_path, size, dim, skip_bad, skipped, split, digest) -> tuple:
+def _decode_all(pool, files, x_path, size, dim, skipped, split, digest) -> tuple:
     """Decode files in order into a uint8[n, dim] .npy, its bytes fed to digest (if any) as they
     come; returns the indices of the files kept and (training rows) their pixels' channel counts."""
     written = open_memmap(x_path, mode="w+", dtype=np.uint8, shape=(len(files), dim))
@@ -343,9 +365,7 @@ def _decode_all(pool, files, x_path, size, dim, skip_bad, skipped, split, digest
             for i, error in enumerate(errors, start):
                 if error is None:
                     kept.append(i)
-                elif not skip_bad:
-                    raise MpinetError(f"{files[i]}: cannot decode image ({error}); set skip_bad_images to skip it")
-                else:
+                else:  # an error once every file is decoded, unless skip_bad_images (_decode_splits)
                     skipped.append({"file": str(files[i]), "error": error})
             if digest is not None:  # a skipped row's zeros too: the digest is dropped then (prepared.write)
                 digest.update(written[start : start + len(errors)])
