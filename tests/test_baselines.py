@@ -74,6 +74,25 @@ def test_both_axes_divide_by_their_own_serial_base_and_the_best_serial_run_by_ti
     assert "superlinear" in two["speedup_note"] and four["speedup_note"] == ""  # the 4-rank run is quoted
 
 
+def test_a_weak_scaling_base_s_time_per_sample_is_of_the_samples_the_base_trained():
+    """samples_per_rank 40: serial trains 40 samples in 0.4 s an epoch (10 ms a sample), 2 ranks train 80 in
+    0.5 s, 4 ranks 160 in 0.8 s. The base's 10 ms a sample is the same beside every run (dividing its
+    epoch by a P-rank run's samples would say 5 and 2.5 ms)."""
+
+    def weak(algorithm, ranks, epoch_s):
+        return [dict(r, samples_per_rank=40, trained_samples=40 * ranks) for r in _run(algorithm, ranks, 4, epoch_s)]
+
+    runs = _table(weak("serial", 1, 0.4), weak("allreduce", 2, 0.5), weak("allreduce", 4, 0.8))
+    serial, two, four = (runs.loc[f"{a}-{p}-b4-s1-r1"] for a, p in [("serial", 1), ("allreduce", 2), ("allreduce", 4)])
+    for run in (serial, two, four):
+        assert run["serial_s_per_sample"] == pytest.approx(0.4 / 40)
+    assert two["s_per_sample"] == pytest.approx(0.5 / 80) and four["s_per_sample"] == pytest.approx(0.8 / 160)
+    assert two["weak_efficiency"] == pytest.approx(0.4 / 0.5) and four["weak_efficiency"] == pytest.approx(0.4 / 0.8)
+    # weak runs have no fixed-global-batch base and no best serial run (their training sets differ)
+    for column in ("speedup", "global_serial_s_per_sample", "best_serial_s_per_sample"):
+        assert math.isnan(two[column]) and math.isnan(four[column])
+
+
 def test_a_base_at_another_engine_or_seed_is_not_a_base():
     runs = _table(_run("serial", 1, 8, 1.2, seed=2), _run("allreduce", 2, 4, 0.8))
     ar = runs.loc["allreduce-2-b4-s1-r1"]

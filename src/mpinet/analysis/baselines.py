@@ -57,14 +57,17 @@ def add_bases(runs: pd.DataFrame) -> pd.DataFrame:
     g = serial.groupby("_baseline")
     base = pd.DataFrame({"serial_epoch_s": g["median_epoch_s"].mean(), "serial_isolated": g["isolated"].all()})
     base["serial_cpu_share"] = g["cpu_share"].min()
+    # a base's time per sample is of the samples it trained itself: in a weak-scaling sweep a P-rank
+    # run trains P-fold its base's samples, so dividing by the run's would shrink the base P-fold
+    per_sample = serial.assign(_per_sample=serial["median_epoch_s"] / serial["trained_samples"])
+    base["serial_s_per_sample"] = per_sample.groupby("_baseline")["_per_sample"].mean()
     runs = runs.merge(base, left_on="_baseline", right_index=True, how="left")
     ratio = runs["serial_epoch_s"] / runs["charged_epoch_s"]
     runs["speedup"] = ratio.where(~weak)
     # weak scaling: epoch time of 1 rank with K samples / epoch time of P ranks with P·K samples
     runs["weak_efficiency"] = ratio.where(weak)
-    runs["serial_s_per_sample"] = runs["serial_epoch_s"] / runs["trained_samples"]
     same_updates = runs["_global_baseline"].map(g["median_epoch_s"].mean())
-    runs["global_serial_s_per_sample"] = same_updates / runs["trained_samples"]
+    runs["global_serial_s_per_sample"] = runs["_global_baseline"].map(base["serial_s_per_sample"])
     runs["global_speedup"] = same_updates / runs["charged_epoch_s"]
     runs["global_efficiency"] = runs["global_speedup"] / runs["ranks"]
     return _add_best_serial(runs, serial)
