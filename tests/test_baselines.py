@@ -11,7 +11,7 @@ from docutils.core import publish_string
 
 from mpinet import MpinetError
 from mpinet.analysis.aggregate import summarize_runs
-from mpinet.analysis.baselines import cpu_contention
+from mpinet.analysis.baselines import cpu_contention, reason_kinds
 from mpinet.analysis.intervals import unsettled
 from mpinet.analysis.summary import headline_rst
 from mpinet.study.experiments import DEFAULTS, expand_sweeps
@@ -181,6 +181,30 @@ def test_the_front_page_renders_without_a_docutils_message_for_every_study_shape
         assert "batch per rank fixed" in page and "global batch fixed" in page
     elif shape != "auto only":
         assert "No speedup to quote" in page
+
+
+def test_the_front_page_counts_left_out_runs_by_the_kind_of_reason_not_its_value(tmp_path):
+    runs = _table(
+        _run("serial", 1, 4, 2.4),
+        _run("allreduce", 2, 4, 0.8),  # efficiency 1.5
+        _run("allreduce", 3, 4, 0.6),  # 1.33
+        _run("allreduce", 2, 4, 0.9, cpu_share=0.5, repeat=2),  # 1.33, and contended
+    )
+    assert reason_kinds(runs.loc["allreduce-2-b4-s1-r2", "speedup_note"]) == ["contended", "superlinear"]
+    runs.reset_index().to_csv(tmp_path / "runs.csv", index=False)
+    page = headline_rst(tmp_path / "runs.csv", "A description.", "s")
+    left = next(line for line in page.splitlines() if line.startswith("**Left out"))
+    assert "3 run(s)" in left and "superlinear (3)" in left and "contended (1)" in left
+    assert left.count("superlinear") == 1 and "add up to more than 3" in left  # 4 reasons, 3 runs
+    assert _render(page) == ""
+
+
+def test_a_fixed_global_batch_run_without_a_base_at_its_batch_per_rank_is_quoted_on_its_axis(tmp_path):
+    runs = _table(_run("serial", 1, 12, 1.2), _run("allreduce", 2, 6, 0.75), _run("allreduce", 3, 4, 0.5))
+    assert runs.loc[runs["ranks"] > 1, "speedup"].isna().all()  # no serial at batch 6 or 4
+    runs.reset_index().to_csv(tmp_path / "runs.csv", index=False)
+    page = headline_rst(tmp_path / "runs.csv", "A description.", "s")
+    assert "No speedup to quote" not in page and "global batch fixed" in page and "2.40" in page  # 1.2 / 0.5
 
 
 def test_a_reference_check_leaves_out_contended_and_one_rank_runs_and_says_why():

@@ -143,9 +143,22 @@ def notes(runs: pd.DataFrame) -> pd.Series:
     return runs["speedup_note"].astype(object).where(runs["speedup_note"].notna(), "")
 
 
+def has_speedup(runs: pd.DataFrame) -> pd.Series:
+    """The runs with a speedup on either axis (a fixed-global-batch run may have no serial base at
+    its batch per rank, only at its global batch)."""
+    measured = runs["speedup"].notna()
+    return measured | runs["global_speedup"].notna() if "global_speedup" in runs else measured
+
+
+def reason_kinds(note: str) -> list[str]:
+    """A speedup_note's reasons without their values ("superlinear: efficiency 1.23 > 1.1 ..." is
+    "superlinear"), so that runs left out for one reason count as one reason."""
+    return [reason.split(":")[0] for reason in note.split("; ") if reason]
+
+
 def quotable(runs: pd.DataFrame) -> pd.Series:
     """The runs whose speedups a headline, a best speedup or a reference check may use."""
-    measured = ~serial_runs(runs) & runs["speedup"].notna()
+    measured = ~serial_runs(runs) & has_speedup(runs)
     if "speedup_note" in runs:
         return measured & (notes(runs) == "")
     if "speedup_isolated" in runs:  # a runs.csv from before 0.10.0: timed alone is all it knows

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mpinet.analysis.baselines import notes, quotable
+from mpinet.analysis.baselines import has_speedup, notes, quotable, reason_kinds
 from mpinet.analysis.environment import environment_rst
 from mpinet.analysis.references import breach_lines
 from mpinet.study.experiments import varying
@@ -200,7 +200,7 @@ def _why_none(runs: pd.DataFrame) -> str:
     """Why a study's front page has no speedup to quote, in one sentence."""
     if not (runs["algorithm"] != "serial").any():
         return "the study ran serial only."
-    if "speedup" not in runs or runs["speedup"].isna().all():
+    if "speedup" not in runs or not has_speedup(runs).any():
         return "the study has no serial run at the batch and data of its other runs (add `serial` on 1 rank)."
     return "every speedup was left out (below)."
 
@@ -209,12 +209,17 @@ def _left_out(runs: pd.DataFrame) -> list[str]:
     """The runs whose measured speedups the headline leaves out, counted by reason."""
     if "speedup_note" not in runs:
         return []
-    left = runs[(notes(runs) != "") & runs["speedup"].notna()]
+    left = runs[(notes(runs) != "") & has_speedup(runs)]
     if left.empty:
         return []
-    reasons = pd.Series([r for n in left["speedup_note"] for r in n.split("; ")]).value_counts()
+    reasons = pd.Series([r for n in left["speedup_note"] for r in reason_kinds(n)]).value_counts()
     said = "; ".join(f"{why} ({n})" for why, n in reasons.items())
-    return [f"**Left out of the headline**: {len(left)} run(s) with a speedup: {said} (runs.csv's speedup_note).", ""]
+    several = f" (a run may have several, so the counts add up to more than {len(left)})"
+    return [
+        f"**Left out of the headline**: {len(left)} run(s) with a speedup, counted by reason"
+        f"{several if reasons.sum() > len(left) else ''}: {said} (each run's reasons: runs.csv's speedup_note).",
+        "",
+    ]
 
 
 def _references_rst(references: pd.DataFrame | None) -> list[str]:
