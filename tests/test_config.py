@@ -49,6 +49,10 @@ SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
         (lambda c: c["datasets"]["images"].update(source="synthetic:cifar"), "unknown synthetic dataset"),
         (lambda c: c["datasets"]["iris"].update(source="bundled:mnist"), "unknown bundled dataset 'bundled:mnist'"),
         (lambda c: c.update(references=[{"dataset": "iris", "ranks": 7, "speedup": 2}]), "selects no experiment"),
+        (
+            lambda c: c.update(references=[{"dataset": "images", "global_batch": 12, "global_speedup": 2}]),
+            "references[0]: selects no experiment of the study (dataset=images, global_batch=12)",
+        ),
     ],
 )
 def test_a_bad_config_is_refused_with_one_line_naming_the_key(change, message):
@@ -63,6 +67,21 @@ def test_a_bad_config_is_refused_with_one_line_naming_the_key(change, message):
 def test_a_good_config_gives_its_experiments():
     experiments = check_study(yaml.safe_load(yaml.safe_dump(TINY)), SCHEMA, lambda dataset: None)
     assert len(experiments) == 4 + 3 and set(experiments["dataset"]) == {"iris", "images"}
+
+
+def test_a_reference_may_select_by_global_batch():
+    cfg = yaml.safe_load(yaml.safe_dump(TINY))
+    cfg["references"] = [{"dataset": "images", "global_batch": 16, "best_serial_speedup": 1.5}]  # 2 ranks x 8
+    check_study(cfg, SCHEMA, lambda dataset: None)
+
+
+def test_the_schema_s_references_take_exactly_the_keys_and_measures_the_check_knows():
+    """The schema's reference keys and mpinet.study.config's SELECTORS and MEASURES must agree."""
+    from mpinet.study.config import MEASURES, SELECTORS
+
+    items = yaml.safe_load(SCHEMA.read_text())["properties"]["references"]["items"]
+    assert set(items["properties"]) == {*SELECTORS, *MEASURES, "tolerance"}
+    assert [one["required"] for one in items["oneOf"]] == [[m] for m in MEASURES]
 
 
 def test_a_subset_larger_than_prepared_data_is_refused_naming_the_dataset():

@@ -14,7 +14,8 @@ model, timed by the same engine.
 import numpy as np
 import pandas as pd
 
-from mpinet.engine.options import COMPUTE_OPTIONS, data_ranks
+from mpinet.engine.options import COMPUTE_OPTIONS
+from mpinet.study.experiments import global_batches
 
 # A run's serial base: same data, every option that decides compute time, same seed.
 BASELINE_KEYS = ["dataset", *COMPUTE_OPTIONS, "seed"]
@@ -22,12 +23,6 @@ BASELINE_KEYS = ["dataset", *COMPUTE_OPTIONS, "seed"]
 CLEAN_CPU_SHARE = 0.9
 # An efficiency above this is superlinear: flagged and never quoted as a headline.
 SUPERLINEAR = 1.1
-
-
-def global_batches(runs: pd.DataFrame) -> pd.Series:
-    """Each run's global batch: its batch per rank times the ranks that train."""
-    workers = [data_ranks(a, int(p)) for a, p in zip(runs["algorithm"], runs["ranks"])]
-    return runs["batch_size"] * pd.Series(workers, index=runs.index)
 
 
 def baseline_key(runs: pd.DataFrame, batch: str = "batch_size", seed: bool = True) -> pd.Series:

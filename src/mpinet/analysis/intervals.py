@@ -6,6 +6,7 @@ import pandas as pd
 
 from mpinet.analysis.baselines import serial_runs
 from mpinet.analysis.confidence import SEED, bootstrap_medians, interval
+from mpinet.study.config import MEASURES
 
 
 def timed_epochs(epochs: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -16,21 +17,11 @@ def timed_epochs(epochs: pd.DataFrame) -> dict[str, np.ndarray]:
     return out
 
 
-CI_MEASURES = (
-    "median_epoch_s",
-    "speedup",
-    "efficiency",
-    "weak_efficiency",
-    "global_speedup",
-    "global_efficiency",
-    "best_serial_speedup",
-)
-
-
 def add_intervals(runs: pd.DataFrame, timed: dict, group: list[str]) -> pd.DataFrame:
-    """<measure>_ci_low/_ci_high for CI_MEASURES, ci_launches (the launches an interval covers; with 1
-    it covers only that launch's epochs) and unsettled, per group of runs: a two-level bootstrap
-    (mpinet.analysis.confidence) of the group's launches and of each base's, independently."""
+    """<measure>_ci_low/_ci_high for every measure a reference may check (mpinet.study.config.MEASURES),
+    ci_launches (the launches an interval covers; with 1 it covers only that launch's epochs) and
+    unsettled, per group of runs: a two-level bootstrap (mpinet.analysis.confidence) of the group's
+    launches and of each base's, independently."""
     serial = runs[serial_runs(runs)]
     # serial runs by their own key (a run's base at its batch per rank or at its global batch), and by
     # the best serial experiment's (any batch and seed)
@@ -55,7 +46,7 @@ def add_intervals(runs: pd.DataFrame, timed: dict, group: list[str]) -> pd.DataF
             "global_efficiency": interval(same_updates / p),
             "best_serial_speedup": interval(_over(timed, by_experiment.get(best, []), mine)),
         }
-        row = {f"{m}_ci_{end}": v for m, (lo, hi) in cis.items() for end, v in (("low", lo), ("high", hi))}
+        row = {f"{m}_ci_{end}": v for m in MEASURES for end, v in zip(("low", "high"), cis[m])}
         row |= {"ci_launches": len(rows), "unsettled": unsettled(launches)}
         values += [(i, row) for i in rows.index]
     table = pd.DataFrame([v for _, v in values], index=[i for i, _ in values])

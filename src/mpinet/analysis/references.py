@@ -49,7 +49,7 @@ def evaluate(references: list, runs: pd.DataFrame) -> pd.DataFrame:
             raise MpinetError(f"references[{i}]: selects no experiment of the study ({text})")
         expected, tolerance = float(ref[measure]), float(ref.get("tolerance", TOLERANCE))
         low_band, high_band = expected * (1 - tolerance), expected * (1 + tolerance)
-        config_keys = [c for c in SELECTORS if c not in ("seed",)]
+        config_keys = [c for c in SELECTORS if c != "seed" and c in chosen]  # a runs.csv before 0.10.0 lacks some
         for _, selected in chosen.groupby(config_keys, sort=True, dropna=False):
             g, note = _clean(selected, measure)
             lo = g[f"{measure}_ci_low"].min() if f"{measure}_ci_low" in g else math.nan
@@ -112,7 +112,8 @@ def breach_lines(table: pd.DataFrame) -> list[str]:
 
 def main(argv=None) -> int:
     """python -m mpinet.analysis.references CONFIG: check the study's references; exit 1 on a breach, 2 when
-    it cannot check (no runs.csv, an unreadable config), 0 when there are none."""
+    it cannot check (no runs.csv, an unreadable config), 0 when there are none. Every error line names
+    the config file."""
     import yaml
 
     from mpinet.study.status import study_name
@@ -127,6 +128,8 @@ def main(argv=None) -> int:
     try:
         with open(a.config) as f:
             config = yaml.safe_load(f) or {}
+        if not isinstance(config, dict):
+            raise MpinetError(f"expected a mapping of keys, got {type(config).__name__}")
         references = config.get("references") or []
         if not references:  # nothing to check is no failure: a site's CI may run it on every study
             print(f"{a.config}: no references to check (a list under references: gives some; docs/measuring.md)")
@@ -134,19 +137,48 @@ def main(argv=None) -> int:
         runs_csv = Path(a.runs) if a.runs else runs_table(study_dir(study_name(config, [a.config])))
         if not runs_csv.is_file():
             raise MpinetError(f"{runs_csv}: missing; run the study first (make run CONFIG={a.config})")
-        table = evaluate(references, pd.read_csv(runs_csv))
+        try:
+            runs = pd.read_csv(runs_csv)
+        except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
+            raise MpinetError(f"{runs_csv}: unreadable ({e}); make run CONFIG={a.config} writes it") from None
+        table = evaluate(references, runs)
     except (MpinetError, OSError, yaml.YAMLError) as e:
-        why = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.filename else e
-        print(f"mpinet.analysis.references: error: {why}", file=sys.stderr)
+        print(_error_line(a.config, e), file=sys.stderr)
         return 2
-    shown = table[["reference", "configuration", "measure", "expected", "measured", "ci_low", "ci_high", "status"]]
-    print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    print(console_table(table))
     lines = breach_lines(table)
     for line in lines:
-        print(line, file=sys.stderr)
-    undecided = int((table["status"] == "no interval").sum())
-    print(f"\n{len(table)} checked: {len(lines)} breached, {undecided} without an interval")
+        print(f"{a.config}: {line}", file=sys.stderr)
+    print(f"\n{verdict_line(table)}")
     return 1 if lines else 0
+
+
+def _error_line(config: str, e: Exception) -> str:
+    """One line that starts with the config file (the study make check was given), then what is wrong."""
+    why = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.filename else " ".join(str(e).split())
+    return why if why.startswith(f"{config}:") else f"{config}: {why}"
+
+
+def console_table(table: pd.DataFrame) -> str:
+    """make check's table: each configuration's measure, band and status, and for a row whose runs
+    were left out (wholly or in part) the note that says which and why."""
+    columns = ["reference", "configuration", "measure", "expected", "measured", "ci_low", "ci_high", "status"]
+    shown = table[columns + ["note"]].fillna({"note": ""})
+    if not (shown["note"] != "").any():
+        shown = shown[columns]
+    return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}", na_rep="-")
+
+
+def verdict_line(table: pd.DataFrame) -> str:
+    """The last line of make check: the rows checked (left-out rows are not), breached, undecided and
+    left out."""
+    status = table["status"]
+    left = int((status == "left out").sum())
+    breached, undecided = int((status == "breach").sum()), int((status == "no interval").sum())
+    return (
+        f"{len(table) - left} checked: {breached} breached, {undecided} without an interval; "
+        f"{left} left out (every selected run was; see note)"
+    )
 
 
 if __name__ == "__main__":

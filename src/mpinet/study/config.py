@@ -10,10 +10,31 @@ import pandas as pd
 
 from mpinet import MpinetError
 from mpinet.datasets.sources import source_error
-from mpinet.study.experiments import COLUMNS, check_sizes, close_match, expand_sweeps, hidden_text, unknown_keys
+from mpinet.study.experiments import (
+    COLUMNS,
+    GLOBAL_BATCH,
+    check_sizes,
+    close_match,
+    expand_sweeps,
+    global_batches,
+    hidden_text,
+    unknown_keys,
+)
 
-MEASURES = ("speedup", "efficiency", "weak_efficiency", "median_epoch_s")
-SELECTORS = ("dataset", *(c for c in COLUMNS if c != "repeat"))
+# What a reference may check: every measure runs.csv gives a 95 % interval (mpinet.analysis.intervals
+# bootstraps exactly these), since a breach is an interval wholly outside the band.
+MEASURES = (
+    "median_epoch_s",
+    "speedup",
+    "efficiency",
+    "weak_efficiency",
+    "global_speedup",
+    "global_efficiency",
+    "best_serial_speedup",
+)
+# What a reference selects by: the experiment keys a sweep gives (the launch's repeat aside) and the
+# global batch (batch_size times the ranks that train).
+SELECTORS = ("dataset", *(c for c in COLUMNS if c != "repeat"), GLOBAL_BATCH)
 TOLERANCE = 0.1
 
 
@@ -106,7 +127,7 @@ def check_selects(references: list, experiments: pd.DataFrame) -> None:
     (train_samples as the experiment key: 0 for all the data, as in the tables)."""
     for i, ref in enumerate(references or []):
         selects = {k: v for k, v in ref.items() if k in SELECTORS}
-        if not matches(experiments, selects).any():
+        if not matches(experiments.assign(**{GLOBAL_BATCH: global_batches(experiments)}), selects).any():
             text = ", ".join(f"{k}={v}" for k, v in selects.items())
             raise MpinetError(f"references[{i}]: selects no experiment of the study ({text})")
 

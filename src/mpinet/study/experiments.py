@@ -35,6 +35,12 @@ LAUNCH = ("seed", "repeat")
 VARIANT_COLUMNS = tuple(c for c in COLUMNS if c not in ("algorithm", "ranks", *LAUNCH))
 
 
+def global_batches(table: pd.DataFrame) -> pd.Series:
+    """Each experiment's or run's global batch: its batch per rank times the ranks that train."""
+    workers = [data_ranks(a, int(p)) for a, p in zip(table["algorithm"], table["ranks"])]
+    return table["batch_size"] * pd.Series(workers, index=table.index, dtype="int64")
+
+
 def varying(table: pd.DataFrame) -> list[str]:
     """The variant columns a table of experiments or runs holds more than one value of (a weak-scaling
     run's training-set size follows its ranks: it makes no variant of its own)."""
