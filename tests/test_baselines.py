@@ -181,6 +181,17 @@ def test_the_front_page_renders_without_a_docutils_message_for_every_study_shape
         assert "batch per rank fixed" in page and "global batch fixed" in page
     elif shape != "auto only":
         assert "No speedup to quote" in page
+    # nothing quotable but speedups measured: the best left-out one is shown, marked, with its reasons
+    shown = {
+        "all contended": ("2.00", "contended; its serial base contended"),
+        "one rank count": ("0.95", "an MPI run"),
+    }
+    if shape in shown:
+        value, why = shown[shape]
+        table = page.split("**Not quotable**")[1]
+        assert f"- {value} [" in table and f"- {why}" in table
+    else:
+        assert "**Not quotable**" not in page
 
 
 def test_the_front_page_counts_left_out_runs_by_the_kind_of_reason_not_its_value(tmp_path):

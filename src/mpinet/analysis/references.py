@@ -170,14 +170,14 @@ def console_table(table: pd.DataFrame) -> str:
 
 
 def verdict_line(table: pd.DataFrame) -> str:
-    """The last line of make check: the rows checked (left-out rows are not), breached, undecided and
-    left out."""
+    """How the references' rows came out, in one line (make check, the end-of-run summary, the report):
+    the rows checked (a left-out row is not) by status, and the left-out rows apart."""
     status = table["status"]
-    left = int((status == "left out").sum())
-    breached, undecided = int((status == "breach").sum()), int((status == "no interval").sum())
+    count = {s: int((status == s).sum()) for s in ("breach", "ok", "no interval", "left out")}
     return (
-        f"{len(table) - left} checked: {breached} breached, {undecided} without an interval; "
-        f"{left} left out (every selected run was; see note)"
+        f"{len(table) - count['left out']} checked: {count['breach']} breached, {count['ok']} within their band, "
+        f"{count['no interval']} without an interval; {count['left out']} left out (no run they select may be "
+        "quoted: see the note)"
     )
 
 
