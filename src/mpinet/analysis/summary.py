@@ -33,7 +33,7 @@ def summary_table(runs_csv: str | Path) -> str:
         {
             "launches": g.size(),
             "final_acc": g["final_test_accuracy"].mean().round(3),
-            "epoch_s": g["median_epoch_s"].median().map(lambda v: f"{v:.4g}"),
+            "epoch_s": _digits(g["median_epoch_s"].median(), 4),
             "speedup": g["speedup"].median().round(2),
             "speedup_95ci": _ci_column(runs, g, "speedup"),
             "to_target_s": g["time_to_target_s"].median().round(2),
@@ -45,12 +45,14 @@ def summary_table(runs_csv: str | Path) -> str:
         table.insert(3, "step_p95/p50", (g["p95_step_s"].median() / g["median_step_s"].median()).round(2))
     if "global_speedup" in runs:  # 0.10.0: the base's time, the fixed-global-batch axis, the best serial run
         at = table.columns.get_loc("speedup_95ci") + 1
-        table.insert(at, "base_us", (1e6 * g["serial_s_per_sample"].median()).map(lambda v: f"{v:.3g}"))
+        table.insert(at, "base_us", g["serial_s_per_sample"].median().map(_micro))
         table.insert(at + 1, "global_speedup", g["global_speedup"].median().round(2))
         table.insert(at + 2, "over_best_serial", g["best_serial_speedup"].median().round(2))
     if "weak_efficiency" in runs and runs["weak_efficiency"].notna().any():
         table.insert(3, "weak_eff", g["weak_efficiency"].median().round(2))  # samples_per_rank sweeps
         table.insert(4, "weak_eff_95ci", _ci_column(runs, g, "weak_efficiency"))
+    if "global_speedup" in runs and fixed_global_batch(runs).any():  # beside ranks: what the ranks share
+        table.insert(0, "global_batch", g["global_batch"].median().astype("Int64"))
     text = table.reset_index().to_string(index=False, na_rep="-")
     if "ci_launches" in runs and (runs["ci_launches"] == 1).any():
         text += "\n*: one launch; its interval covers only that launch's epochs (more with `repeats`)"
@@ -59,10 +61,23 @@ def summary_table(runs_csv: str | Path) -> str:
             "\nspeedup: over serial at the same batch per rank (base_us: its µs a sample); global_speedup: over "
             "serial at the same global batch; over_best_serial: over the study's fastest serial run, per sample"
         )
+    if "global_batch" in table:
+        text += "\nglobal_batch: the batch per rank times the ranks that train"
     if "contention" in runs and (runs["contention"] == "contended").any():
         n = int((runs["contention"] == "contended").sum())
         text += f"\ncontended: {n} run(s) had a core taken by another process (runs.csv's contention)"
     return text
+
+
+def fixed_global_batch(runs: pd.DataFrame) -> pd.Series:
+    """The runs measured on the fixed-global-batch axis: several ranks sharing a global batch whose
+    serial run the study has (a sweep's `global_batch:` plans them)."""
+    return (runs["global_batch"] != runs["batch_size"]) & runs["global_speedup"].notna()
+
+
+def _digits(values: pd.Series, n: int) -> pd.Series:
+    """Values to n significant digits, '-' where missing (the table's na_rep sees only NaN, not 'nan')."""
+    return values.map(lambda v: "-" if pd.isna(v) else f"{v:.{n}g}")
 
 
 def _ci_column(runs: pd.DataFrame, g, measure: str) -> pd.Series:

@@ -1,0 +1,29 @@
+"""The summary printed at the end of a run (mpinet.analysis.summary.summary_table)."""
+
+from test_baselines import _run, _table
+
+from mpinet.analysis.summary import summary_table
+
+
+def _summary(tmp_path, *runs) -> list[list[str]]:
+    _table(*runs).reset_index().to_csv(tmp_path / "runs.csv", index=False)
+    text = summary_table(tmp_path / "runs.csv")
+    assert "nan" not in text.lower()  # a missing value is '-'
+    return [line.split() for line in text.splitlines()]
+
+
+def test_the_summary_shows_missing_values_as_a_dash_and_the_global_batch_of_a_fixed_global_batch_study(tmp_path):
+    no_base = [dict(r, dataset="other", run_dir="no-base") for r in _run("allreduce", 2, 4, 1.0)]
+    head, *rows = _summary(
+        tmp_path, _run("serial", 1, 4, 2.0), _run("serial", 1, 8, 1.2), _run("allreduce", 2, 4, 1.1), no_base
+    )
+    cells = {tuple(r[:4]): dict(zip(head, r)) for r in rows if r[0] in ("iris", "other")}  # dataset to ranks
+    assert cells[("iris", "4", "allreduce", "2")]["global_batch"] == "8"  # 2 ranks x 4 share serial's batch 8
+    assert cells[("iris", "4", "serial", "1")]["global_batch"] == "4"
+    other = cells[("other", "4", "allreduce", "2")]  # no serial run at all: every ratio and the base missing
+    assert other["speedup"] == other["speedup_95ci"] == other["base_us"] == other["global_speedup"] == "-"
+
+
+def test_a_study_without_a_fixed_global_batch_has_no_global_batch_column(tmp_path):
+    head, *_ = _summary(tmp_path, _run("serial", 1, 4, 2.0), _run("allreduce", 2, 4, 1.1))
+    assert "global_batch" not in head and "base_us" in head
