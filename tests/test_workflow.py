@@ -14,6 +14,7 @@ import yaml
 from conftest import REPO, env
 
 from mpinet.analysis.figures import NAMES
+from mpinet.engine.options import ALGORITHMS
 
 pytestmark = pytest.mark.workflow
 
@@ -143,6 +144,29 @@ def test_report_lists_every_plot_and_table(workdir):
         assert f"results/test/metrics/{t}" in html
     for category in ("Training curves", "Scaling", "Tables", "Data"):
         assert category in html
+
+
+def test_a_study_with_auto_draws_every_figure_and_its_report(workdir):
+    """Auto beside other designs, then alone, as studies of their own in the same directory: they
+    share the Iris runs already trained (only auto's train), and every figure names auto by what it
+    trained ('auto → allreduce'), a design the palette was once missing."""
+    iris = {**TINY["experiments"][0], "algorithm": ["serial", "allreduce", "auto"]}
+    for study, experiment in (("auto", iris), ("autoalone", {**iris, "algorithm": "auto"})):
+        write_config(
+            workdir, {"datasets": {"iris": TINY["datasets"]["iris"]}, "experiments": [experiment]}, f"{study}.yaml"
+        )
+        run = [*SNAKEMAKE, "--cores", "2", "--configfile", f"config/{study}.yaml"]
+        for extra in ([], ["--report", f"results/{study}/report.html"]):
+            p = subprocess.run([*run, *extra], cwd=workdir, capture_output=True, text=True, env=copy_env(workdir))
+            assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        runs = pd.read_csv(workdir / f"results/{study}/metrics/runs.csv")
+        auto = runs[runs["algorithm"] == "auto"]
+        assert sorted(auto["ranks"]) == [1, 2] and auto["trained_as"].isin(set(ALGORITHMS) - {"auto"}).all(), auto
+        html = (workdir / f"results/{study}/report.html").read_text()
+        for f in NAMES:
+            assert (workdir / f"results/{study}/plots/iris/{f}.png").stat().st_size > 10_000, f
+            assert f"results/{study}/plots/iris/{f}.png" in html, f
+    assert planned(workdir) == {}  # the shared study's runs and tables are untouched
 
 
 def test_changing_one_learning_rate_reruns_only_its_experiments(workdir):
