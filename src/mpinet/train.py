@@ -23,8 +23,9 @@ from mpinet.files import write_json
 from mpinet.layout import auto_choice_path
 
 # one-at-a-time: the workflow ran no other training job beside this one (local runs);
-# exclusive-node: SLURM gave the job whole nodes; shared: neither; unknown: started by hand
-ISOLATION = ("one-at-a-time", "exclusive-node", "shared", "unknown")
+# exclusive-node: SLURM gave the job (or its step in a packed allocation) whole nodes; shared-node:
+# a step of a packed allocation beside others on a node; shared: neither; unknown: started by hand
+ISOLATION = ("one-at-a-time", "exclusive-node", "shared-node", "shared", "unknown")
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -15,6 +15,58 @@ def in_slurm_job():
     return "SLURM_JOB_ID" in os.environ
 
 
+def packed():
+    """The isolation of the job steps of a `make slurm-pack` allocation (launcher.PACK_MODES; its
+    batch script sets it), '' anywhere else."""
+    return os.environ.get(launcher.PACK_ENV, "") if in_slurm_job() else ""
+
+
+def get_isolation(wildcards):
+    """Recorded in run.json: how other training jobs were kept off this one's cores."""
+    return packed() or ISOLATION
+
+
+def get_train_slots(wildcards):
+    """Training slots a job claims: locally one per job (or none, isolate_timing: false); in a
+    packed allocation, which has one slot per node, its step's whole nodes (none when shared)."""
+    if packed() == "exclusive-node":
+        return get_step_nodes(wildcards)
+    return 0 if packed() else TRAIN_SLOTS
+
+
+def get_step_nodes(wildcards):
+    """Nodes of a training's (or the microbenchmark's) step in a packed allocation."""
+    if "ranks" in wildcards.keys():
+        w = wildcards
+        ranks, threads, nodes = int(w.ranks), int(w.blas_threads), GRID.nodes(grid_path(w))
+    else:
+        ranks, threads, nodes = get_bench_ranks(wildcards), 1, GRID.widest()
+    cpus = launcher.allocation_node_cpus(os.environ["SLURM_JOB_CPUS_PER_NODE"])
+    return launcher.step_nodes(ranks, threads, nodes, cpus)
+
+
+def get_step(wildcards, input, attempt):
+    """srun options of the job's own step in a packed allocation ('' elsewhere): its nodes (whole
+    unless steps share nodes), its own time limit and, as its name in sacct, the run's name."""
+    if not packed():
+        return ""
+    if "ranks" in wildcards.keys():
+        name, minutes = RunPaths(grid_path(wildcards)).name, get_runtime(wildcards, input, attempt)
+    else:
+        name, minutes = "commbench", COMMBENCH_MINUTES
+    whole = packed() == "exclusive-node"
+    return launcher.step_options(get_step_nodes(wildcards), minutes, name, whole)
+
+
+def get_single_launcher(wildcards, input, attempt):
+    """What starts a 1-rank run: nothing (the job's own process), but in a packed allocation a job
+    step of its own, so SLURM places it on a free node and not on the batch script's."""
+    if not packed():
+        return ""
+    threads = int(wildcards.blas_threads)
+    return f"{launcher.srun_command(mpi_library(), threads)} {get_step(wildcards, input, attempt)} -n 1"
+
+
 def get_mem_per_cpu(wildcards, input):
     """MB per CPU of a training job, sized from its prepared data (mpinet.launch.slurm.training_mem_per_cpu)."""
     return training_mem_per_cpu(
@@ -63,6 +115,9 @@ def get_mpi_launcher(wildcards):
     ranks = int(wildcards.ranks) if "ranks" in wildcards.keys() else get_bench_ranks(wildcards)
     bind = ISOLATE and threads == 1
     return launcher.mpiexec_command(lib, ranks, os.cpu_count() or 1, bind, os.geteuid() == 0)
+
+
+COMMBENCH_MINUTES = 5  # seconds of timings even across nodes; minutes on SLURM
 
 
 def get_bench_ranks(wildcards):

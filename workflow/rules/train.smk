@@ -1,7 +1,8 @@
 # Training: one job per experiment. 1-rank runs start without an MPI launcher (the SLURM
-# plugin refuses `mpi` with one task); larger runs start under `{resources.mpi}`, which a
-# profile swaps (mpiexec locally, srun on SLURM). Never cap `tasks` with --resources: it
-# would silently shrink rank counts (the trainer's --expect-ranks check catches that).
+# plugin refuses `mpi` with one task; in a packed allocation srun makes them a step of their
+# own); larger runs start under `{resources.mpi}`, which a profile swaps (mpiexec locally, srun
+# on SLURM). Never cap `tasks` with --resources: it would silently shrink rank counts (the
+# trainer's --expect-ranks check catches that).
 # A failed run's one-line error (or its log's last lines) is repeated on stderr, so it reaches
 # the console and not only the log.
 
@@ -18,8 +19,10 @@ TRAIN_RESOURCES = {
     "runtime": get_runtime,
     # BLAS threads per rank: --cpus-per-task on SLURM
     "cpus_per_task": lambda w: int(w.blas_threads),
-    "train_slots": TRAIN_SLOTS,
-    "isolation": ISOLATION,
+    "train_slots": get_train_slots,
+    "isolation": get_isolation,
+    # srun options of the run's own step in a packed allocation (make slurm-pack), '' elsewhere
+    "step": get_step,
 }
 TRAIN_PARAMS = {
     "data": lambda w, input: str(Path(input.data[0]).parent),
@@ -54,13 +57,14 @@ rule train_single:
     threads: lambda w: int(w.ranks) * int(w.blas_threads)
     resources:
         **TRAIN_RESOURCES,
+        launcher=get_single_launcher,
     params:
         **TRAIN_PARAMS,
     message:
         "Training {wildcards.dataset}: {wildcards.algorithm} on 1 rank, seed {wildcards.seed}, launch {wildcards.repeat}"
     shell:
         logged(
-            "python -m mpinet.train --data {params.data:q} --out {params.out:q} "
+            "{resources.launcher} python -m mpinet.train --data {params.data:q} --out {params.out:q} "
             "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options}"
         )
 
@@ -96,7 +100,7 @@ rule train_mpi:
         "Training {wildcards.dataset}: {wildcards.algorithm} on {wildcards.ranks} ranks, seed {wildcards.seed}, launch {wildcards.repeat}"
     shell:
         logged(
-            "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.train "
+            "{resources.mpi} {resources.step} -n {resources.tasks} python -m mpi4py -m mpinet.train "
             "--data {params.data:q} --out {params.out:q} "
             "--checkpoint {params.checkpoint:q} --isolation {resources.isolation} {params.options} "
             "--launcher {resources.mpi:q}"
@@ -120,17 +124,18 @@ rule commbench:
     resources:
         mpi=get_mpi_launcher,
         tasks=get_bench_ranks,
-        # seconds of timings even across nodes; minutes on SLURM, added to its pool's time limit
-        runtime=5,
+        # added to its pool's time limit
+        runtime=COMMBENCH_MINUTES,
         # as many nodes as the widest experiment, so its ping-pong crosses the link those runs use
         nodes=GRID.widest(),
-        train_slots=TRAIN_SLOTS,
-        isolation=ISOLATION,
+        train_slots=get_train_slots,
+        isolation=get_isolation,
+        step=get_step,
     params:
         max_bytes=64 << 20,
         code=job_code("mpinet.commbench"),
     message:
         "Measuring the cost of MPI messages here (alpha, beta) on {resources.tasks} ranks"
     shell:
-        "{resources.mpi} -n {resources.tasks} python -m mpi4py -m mpinet.commbench "
+        "{resources.mpi} {resources.step} -n {resources.tasks} python -m mpi4py -m mpinet.commbench "
         "--max-bytes {params.max_bytes} --out {output:q} > {log:q} 2>&1"

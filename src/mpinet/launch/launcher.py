@@ -8,7 +8,10 @@ itself (I_MPI_PIN). Under SLURM, `srun` starts the ranks and needs the PMI the l
 PMI-2 for the PyPI mpich and Intel wheels, PMIx for Open MPI.
 """
 
+import math
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -52,6 +55,36 @@ def srun_command(lib: Library, cpus_per_rank: int = 1) -> str:
     --cpus-per-task, so where tasks are bound a 2-thread rank would get one CPU)."""
     pmi = "pmix" if lib.family == "openmpi" else "pmi2"
     return f"srun --mpi={pmi} --kill-on-bad-exit=1 --cpus-per-task={cpus_per_rank}"
+
+
+# Set by mpinet.launch.pack in its allocation's batch script: the isolation its job steps get
+# (exclusive-node: whole nodes per step; shared-node: only the CPUs a step asks for).
+PACK_ENV = "MPINET_PACK"
+PACK_MODES = ("exclusive-node", "shared-node")
+
+
+def step_nodes(ranks: int, cpus_per_rank: int, nodes: int | None, node_cpus: int) -> int:
+    """Nodes one step of a packed allocation takes: the experiment's `nodes`, else as many as its
+    ranks' CPUs fill (nodes of `node_cpus` CPUs each)."""
+    if nodes and nodes == nodes:  # NaN: not given
+        return int(nodes)
+    return max(1, math.ceil(ranks * cpus_per_rank / node_cpus))
+
+
+def step_options(nodes: int, minutes: int, name: str, whole: bool) -> str:
+    """srun options of one step in a packed allocation: its nodes, either whole (--whole: the step
+    holds every CPU of them, so no other step starts there while it runs; SLURM 22.05's default for a
+    step is the CPUs it asks for) or only its own CPUs (--exact), its own time limit (a step that
+    outgrows its estimate is ended by it, not by the allocation's) and its name in sacct."""
+    return f"--nodes={nodes} {'--whole' if whole else '--exact'} --time={minutes} --job-name={shlex.quote(name)}"
+
+
+def allocation_node_cpus(cpus_per_node: str) -> int:
+    """The smallest node's CPUs in SLURM_JOB_CPUS_PER_NODE ('2(x3),4' -> 2)."""
+    counts = [int(n) for n, _ in re.findall(r"(\d+)(\(x\d+\))?", cpus_per_node)]
+    if not counts:
+        raise MpinetError(f"SLURM_JOB_CPUS_PER_NODE={cpus_per_node!r}: no CPU count in it")
+    return min(counts)
 
 
 def check_mpiexec(lib: Library, mpiexec: str = "mpiexec") -> None:

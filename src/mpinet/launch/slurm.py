@@ -7,7 +7,7 @@ submission, once per retry, with an empty job log; here it is one line before an
 import functools
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ class Partition:
     node_cpus: list[int]  # CPUs a job may use on each node of the partition, largest first
     max_nodes: int  # nodes a single job may use (MaxNodes, cut by the nodes there are)
     min_nodes: int = 1  # MinNodes: fewer nodes are refused
+    max_minutes: int | None = field(default=None, compare=False)  # MaxTime; None: UNLIMITED
 
     def cpus(self, nodes: int | None = None) -> int:
         """CPUs a job may use on its `nodes` largest nodes (None: as many as it may have)."""
@@ -201,10 +202,27 @@ def parse_partitions(
             total, count = _int(f.get("TotalCPUs"), 0), max(1, _int(f.get("TotalNodes"), 1))
             cpus = [min(total // count, cap or total // count)] * count
         max_nodes = min(len(cpus), _int(f.get("MaxNodes"), len(cpus)))
-        found[name] = Partition(name, cpus, max_nodes, max(1, _int(f.get("MinNodes"), 1)))
+        limit = minutes(f.get("MaxTime", "UNLIMITED"))
+        found[name] = Partition(name, cpus, max_nodes, max(1, _int(f.get("MinNodes"), 1)), limit)
         if f.get("Default") == "YES":
             default = name
     return found, default
+
+
+def minutes(text: str) -> int | None:
+    """A SLURM time limit (MaxTime: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) in whole
+    minutes rounded down; None for UNLIMITED, INFINITE or what is not a time."""
+    days, dash, rest = text.partition("-") if "-" in text else ("0", "", text)
+    try:
+        parts = [int(p) for p in rest.split(":")]
+        d = int(days)
+    except ValueError:
+        return None
+    if dash:  # after a day count: hours first
+        h, m, sec = (parts + [0, 0])[:3]
+    else:
+        h, m, sec = {1: [0, parts[0], 0], 2: [0, *parts], 3: parts}.get(len(parts), [0, 0, 0])
+    return d * 1440 + h * 60 + m + sec // 60
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,0 +1,134 @@
+"""What the one-allocation commands share (mpinet.launch.pilot, mpinet.launch.pack): the study's
+experiments, its data prepared here first, the sbatch line of a job that runs Snakemake inside, and
+the wait for that job with its log's tail and exit code at the end.
+
+The data is prepared on the login node because its size decides the time estimates; inside, the
+job's Snakemake reruns a killed job's half-written outputs (--rerun-incomplete) and one failed
+experiment stops no other (--keep-going), so running the command again goes on from what finished.
+"""
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from mpinet import MpinetError
+from mpinet.launch import walltime
+from mpinet.launch.slurm import default_account
+from mpinet.layout import DATA_ROOT, RunPaths
+from mpinet.study.experiments import expand_sweeps, grid_paths
+from mpinet.study.status import study_name
+
+POLL_S = 2  # squeue, while the job is queued or runs (sbatch --wait polls at 2, 6, 14, 30, 62 s ...)
+# a controller that answers no squeue for this long is taken to be gone (slurmctld restarts take seconds)
+GIVE_UP_S = 600
+# inside the job: a killed job's half-written outputs are redone, one failed experiment stops no other
+INSIDE = ["--rerun-incomplete", "--keep-going"]
+
+
+def read_experiments(configfile: str):
+    """The study's experiment table and its name, as the workflow expands them."""
+    try:
+        config = yaml.safe_load(Path(configfile).read_text()) or {}
+        table = expand_sweeps(config["experiments"], config.get("datasets") or {})
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
+        raise MpinetError(f"{configfile}: cannot read its experiments ({type(e).__name__}: {e})") from None
+    return table, study_name(config, [configfile]), config
+
+
+def unfinished(table, study: str) -> list[tuple[dict, int]]:
+    """(row, minutes of its estimate) of each experiment without a run.json, in table order."""
+    runs, link = walltime.calibration(Path("results") / study)
+    out = []
+    for g, row in zip(grid_paths(table), table.to_dict("records")):
+        paths = RunPaths(g)
+        if not paths.record.exists():
+            out.append((row, walltime.request(row, Path(DATA_ROOT, row["dataset"]), paths.checkpoint, runs, link)))
+    return out
+
+
+def sbatch_command(inner: str, slurm: list[str], files: tuple[str, str], name: str, comment: str, partition, account):
+    """The sbatch line of a job running `inner` (a shell line) with `slurm` options (nodes, time);
+    `files`: its log and exit-code file with {job}. The exit code lands beside the log: what the
+    waiting side reports."""
+    log, exit_file = files
+    wrap = f"{inner}; echo $? > {exit_file.format(job='$SLURM_JOB_ID')}"
+    account = default_account() if account is None else account
+    cmd = ["sbatch", "--parsable", "--exclusive", *slurm, f"--job-name={name}", f"--comment={comment}"]
+    cmd += [f"--output={log.format(job='%j')}"]
+    cmd += [f"--partition={partition}"] * bool(partition) + [f"--account={account}"] * bool(account)
+    return [*cmd, f"--chdir={os.getcwd()}", f"--wrap={wrap}"]
+
+
+def snakemake_line(args: list[str]) -> str:
+    """This Python's Snakemake with `args`, as a shell line."""
+    return shlex.join([sys.executable, "-m", "snakemake", *args])
+
+
+def submit(cmd: list[str], prog: str) -> str | None:
+    """sbatch's job id, or None after printing sbatch's refusal in one line."""
+    submitted = subprocess.run(cmd, capture_output=True, text=True)
+    if submitted.returncode != 0:
+        print(f"{prog}: error: sbatch: {submitted.stderr.strip()}", file=sys.stderr)
+        return None
+    return submitted.stdout.strip().split(";")[0]
+
+
+def wait(job: str, prog: str, files: tuple[str, str], what: str, poll_s=POLL_S, give_up_s=GIVE_UP_S) -> int:
+    """Until the job leaves the queue, saying when it starts; then its log's tail and exit code."""
+    log, exit_file = (Path(f.format(job=job)) for f in files)
+    state, answered = "", time.monotonic()
+    while True:
+        q = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True)
+        now = q.stdout.strip()
+        if q.returncode != 0 and "Invalid job id" not in q.stderr:
+            if time.monotonic() - answered > give_up_s:
+                why = q.stderr.strip() or "no message"
+                print(
+                    f"{prog}: error: squeue has failed for {give_up_s:.0f} s ({why}); "
+                    f"the {what} job {job} may still run: check `squeue -j {job}` and its log {log}",
+                    file=sys.stderr,
+                )
+                return 1
+            now = state  # the controller did not answer this time: ask again
+        elif not now:
+            break  # squeue lists a job only while it is queued, runs or completes
+        else:
+            answered = time.monotonic()
+        if now != state:
+            print(f"{prog}: job {job} {now.lower()}", flush=True)
+            state = now
+        time.sleep(poll_s)
+    if log.exists():
+        print(log.read_text()[-3000:], end="")
+    code = exit_file.read_text().strip() if exit_file.exists() else ""
+    if code != "0":
+        why = f"Snakemake exited with {code}" if code else "ended before Snakemake did (cancelled, time limit, node)"
+        again = "run it again to go on from the checkpoints"
+        print(f"{prog}: error: {what} job {job}: {why}; {again}", file=sys.stderr)
+        return 1
+    print(f"{prog}: {what} job {job} done")
+    return 0
+
+
+def prepare(args: list[str], table, prog: str) -> int:
+    """Fetch and prepare the study's datasets here where they are missing (Snakemake decides)."""
+    targets = [str(prepared_marker(d)) for d in sorted(set(table["dataset"]))]
+    print(f"{prog}: the data first, here (its size sizes the time limit)", flush=True)
+    Path("logs/slurm").mkdir(parents=True, exist_ok=True)
+    # the targets first: --configfile (in args) takes every value that follows it
+    cmd = [sys.executable, "-m", "snakemake", *targets, *args, "--cores", "2", "--quiet", "rules"]
+    return subprocess.run(cmd).returncode
+
+
+def prepared(table) -> bool:
+    return all(prepared_marker(d).exists() for d in set(table["dataset"]))
+
+
+def prepared_marker(dataset: str) -> Path:
+    """One of the files a prepared dataset has (mpinet.datasets.dataset.FILES; Snakemake makes them together)."""
+    return Path(DATA_ROOT, dataset, "summary.json")
