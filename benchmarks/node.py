@@ -40,7 +40,10 @@ paramserver: gradient + 2 (P - 1) gradient-sized messages (the server serves the
 sharded and grid: a group's step (S x b rows converted, the rank's units of the first layer, the small
 layers) calibrated at every S that divides P, its gather, and the groups' Allreduce of 1/S of the
 gradient (the measured one scaled by its bytes); allgather: mpinet.analysis.costmodel's formula with
-this node's compute per sample and α, β.
+this node's compute per sample and α, β. The model error is predicted ÷ measured − 1. Held out: the
+same model calibrated on P ≤ max(1, min(4, cores / 2)) alone (every kernel as timed with the largest
+of those counts at once, the link as measured at each P) predicts the cells on more ranks, and only
+those are scored (the table's held-out column, with the median absolute error under it).
 
 Prints a line per finished launch and rewrites the JSON (raw epoch times of every launch, the
 machine, the arguments, the date) and Markdown after every launch, so a run cut off keeps what
@@ -54,6 +57,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -102,7 +106,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"node-{date.today().isoformat()}"
     started = time.perf_counter()
-    report = {"date": date.today().isoformat(), "machine": _machine(cores), "args": vars(a), "ranks": ranks}
+    report = {"date": date.today().isoformat(), "machine": _machine(cores), "cores": cores, "args": vars(a)}
+    report["ranks"] = ranks
     report |= {"global_batches": plan["global_batches"], "calibration": {}, "cells": []}
     with tempfile.TemporaryDirectory(prefix="mpinet-node-") as tmp:
         data = {n: make_pixels(Path(tmp) / f"n{n}", n, a.features) for n in sorted(set(plan["samples"].values()))}
@@ -441,17 +446,62 @@ def _grid_step(design: str, p: int, b: int, c: dict, a) -> float:
     """A sharded or grid step: the calibrated compute of a rank of a group of S, the group's gather of
     the first layer's outputs, and (a grid) the groups' reduction of 1/S of the gradient, priced as the
     measured Allreduce of the whole one scaled by the bytes every rank moves in it."""
-    from mpinet.analysis.costmodel import Link, allgather_seconds
+    from mpinet.analysis.costmodel import allgather_seconds
     from mpinet.engine.grid import grid_shape
 
     sizes = (a.features, *a.hidden, CLASSES)
     groups, shards = (1, p) if design == "sharded" else grid_shape(p, sizes, b, 4)
-    nbytes = Net(sizes).n_params * 4
-    link = Link(c["latency_s"], max(c["message_s"] - c["latency_s"], 0.0) / nbytes)
+    link = _link(c, sizes)
     compute = c["shard_s"][str(b)][str(shards)] if shards > 1 else c["grad_s"][str(b)] + c["update_s"]
     gather = allgather_seconds(shards, shards * b * sizes[1] * 4, link)
     reduced = (groups - 1) / groups / shards / ((p - 1) / p) if groups > 1 else 0.0
     return compute + gather + c["allreduce_s"] * reduced
+
+
+def calibration_limit(cores: int) -> float:
+    """The held-out model is calibrated on the rank counts up to this (1 to 4, at most half the cores)
+    and predicts the cells above it, which alone it is scored on."""
+    return max(1, min(4, cores / 2))
+
+
+def held_out_calibration(calibration: dict, p: int, limit: float, a) -> dict | None:
+    """The calibration at p as a model calibrated on the rank counts up to `limit` alone sees it: every
+    kernel's time (all ranks at once) at the largest of those counts; the link (ping-pong, Allreduce) as
+    measured at p, as the workflow's model takes its link from the microbenchmark at every count;
+    `node`'s exchange and a group's step past that count priced from there (mpinet.analysis.costmodel).
+    None for p at or below the limit (the model's own calibration, never scored) or nothing below it."""
+    from mpinet.analysis.costmodel import first_layer_share, node_step_seconds
+
+    cal = {int(q): c for q, c in calibration.items()}
+    seen = [q for q in cal if q <= limit]
+    if p <= limit or p not in cal or not seen:
+        return None
+    q = max(seen)
+    c, at_p = cal[q], cal[p]
+    sizes = (a.features, *a.hidden, CLASSES)
+    rest = (Net(sizes).n_params - sizes[0] * sizes[1]) * 4  # the small layers' bytes
+    share = first_layer_share(sizes)
+    held = {key: c[key] for key in ("grad_s", "fused_s", "partial_s", "update_s")}
+    held |= {key: at_p[key] for key in ("allreduce_s", "message_s", "latency_s")}
+    # node's exchange: q ranks' column updates (the same flops a rank at p does), p ranks' barriers and sums
+    barriers = node_step_seconds(p, rest, _link(at_p, sizes)) - node_step_seconds(q, rest, _link(c, sizes))
+    held["node_s"] = {b: s + barriers for b, s in c["node_s"].items()}
+    # a rank of a group of S: its units over S x b rows and the small layers on them, from q's step
+    held["shard_s"] = {
+        b: {
+            str(n): c["shard_s"].get(b, {}).get(str(n), (grad + c["update_s"]) * n * (2 * share / n + 1 - 2 * share))
+            for n in _shards(p)
+        }
+        for b, grad in c["grad_s"].items()
+    }
+    return held
+
+
+def _link(c: dict, sizes: tuple):
+    """α and β of a calibration's ping-pong (8 bytes, and the gradient)."""
+    from mpinet.analysis.costmodel import Link
+
+    return Link(c["latency_s"], max(c["message_s"] - c["latency_s"], 0.0) / (Net(sizes).n_params * 4))
 
 
 def write(report: dict, stem: Path) -> None:
@@ -511,7 +561,7 @@ def ratio(base: dict, cell: dict) -> tuple[float, float, float]:
 def rows(report: dict) -> list[dict]:
     """The table's rows: the throughput axis at every per-rank batch (serial at that batch the base),
     then every fixed global batch G (P ranks at G/P; serial at G the base), each with the best serial."""
-    stats = {(c["design"], c["ranks"], c["batch"]): c | summarize(c) for c in report["cells"]}
+    stats = {(c["design"], c["ranks"], c["batch"]): c | summarize(c) | held_out(report, c) for c in report["cells"]}
     serial = {b: s for (d, _, b), s in stats.items() if d == "serial"}
     best = min(serial.values(), key=lambda s: s["us"], default=None)
     out = []
@@ -524,6 +574,22 @@ def rows(report: dict) -> list[dict]:
             if (p > 1 and p * b == g and d not in NOT_GLOBAL) or (d, b) == ("serial", g):
                 out.append(_row("global", c, serial.get(g), best, stats))
     return out
+
+
+def held_out(report: dict, cell: dict) -> dict:
+    """The held-out model's µs/sample of a cell (held_us: NaN on the rank counts it is calibrated on, and
+    where the run kept no calibration or cores)."""
+    a, cores, p = argparse.Namespace(**report["args"]), _cores(report), cell["ranks"]
+    held = held_out_calibration(report["calibration"], p, calibration_limit(cores), a) if cores else None
+    if held is None:
+        return {"held_us": math.nan}
+    return {"held_us": 1e6 * predict(cell["design"], p, cell["batch"], cell["samples"], {p: held}, a) / cell["samples"]}
+
+
+def _cores(report: dict) -> int | None:
+    """The machine's cores (runs before 0.10.0 name them only in the machine's line)."""
+    found = re.search(r"(\d+) cores", report["machine"])
+    return report.get("cores") or (int(found.group(1)) if found else None)
 
 
 def _row(axis: str, c: dict, base: dict | None, best: dict | None, stats: dict) -> dict:
@@ -547,6 +613,7 @@ def markdown(report: dict) -> str:
     """The run's Markdown (without a heading): its workload, both axes' table and the calibration."""
     a = argparse.Namespace(**report["args"])
     table = rows(report)
+    held = any(r["cell"]["held_us"] == r["cell"]["held_us"] for r in table)  # a cell past the calibration set
     serial = [r["cell"] for r in table if r["cell"]["design"] == "serial"]
     best = min(serial, key=lambda s: s["us"], default=None)
     lines = [
@@ -562,14 +629,31 @@ def markdown(report: dict) -> str:
         "",
         "| axis | design | ranks | batch/rank | global batch | trained | launches | µs/sample [95 %] "
         "| base (its µs/sample) | speedup [95 %] | over best serial [95 %] | efficiency | unsettled "
-        "| model µs/sample | model error | DDP ÷ ours |",
-        "|---" * 16 + "|",
-        *map(_table_line, table),
+        "| model µs/sample | model error" + " | held-out error" * held + " | DDP ÷ ours |",
+        "|---" * (16 + held) + "|",
+        *(_table_line(r, held) for r in table),
     ]
-    return "\n".join(lines + _notes(report, table) + _calibration(report)) + "\n"
+    notes = _notes(report, table) + (_held_out_note(report, table) if held else [])
+    return "\n".join(lines + notes + _calibration(report)) + "\n"
 
 
-def _table_line(r: dict) -> str:
+def _held_out_note(report: dict, table: list[dict]) -> list[str]:
+    """What the held-out column is, and its median absolute error over the cells it was scored on."""
+    limit = calibration_limit(_cores(report))
+    seen = sorted(int(q) for q in report["calibration"] if int(q) <= limit)
+    cells = {id(r["cell"]): r["cell"] for r in table if r["cell"]["held_us"] == r["cell"]["held_us"]}.values()
+    errors = [abs(c["held_us"] / c["us"] - 1) for c in cells]
+    return [
+        "",
+        f"Held-out error: the model calibrated on P = {', '.join(map(str, seen))} alone (up to 4 ranks or half "
+        f"the cores) predicts the cells on more ranks, each kernel timed with {max(seen)} rank(s) at once and the "
+        "link (ping-pong, Allreduce) as measured at the cell's P; predicted ÷ measured − 1, on those cells only "
+        f"(the calibration's own are never scored). Median absolute error over the {len(errors)} held-out "
+        f"cell(s): {100 * statistics.median(errors):.0f} %.",
+    ]
+
+
+def _table_line(r: dict, held: bool = False) -> str:
     c, base = r["cell"], r["base"]
     if base is c:
         based, speedup, efficiency = f"itself ({c['us']:.1f})", "1 (base)", "-"
@@ -582,7 +666,9 @@ def _table_line(r: dict) -> str:
         f"| {r['axis']} | {c['design']} | {c['ranks']} | {c['batch']} | {r['global'] or '-'} | {trained} "
         f"| {len(c['launches_s'])} | {c['us']:.1f} [{c['low']:.1f}, {c['high']:.1f}] | {based} | {speedup} "
         f"| {_ci(r['over_best'])} | {efficiency} | {flag} | {_f(r['model_us'], 1)} "
-        f"| {_f(100 * (r['model_us'] / c['us'] - 1), 0)} % | {_f(r['ddp'], 2)} |"
+        f"| {_percent(r['model_us'] / c['us'] - 1)} "
+        + (f"| {_percent(c['held_us'] / c['us'] - 1)} " if held else "")
+        + f"| {_f(r['ddp'], 2)} |"
     )
 
 
@@ -671,6 +757,10 @@ def _machine(cores: int) -> str:
     return (
         f"{cpu_model()}, {cores} cores; Python {platform.python_version()}, numpy {np.__version__}; {library().version}"
     )
+
+
+def _percent(v) -> str:
+    return "-" if v != v else f"{100 * v:.0f} %"
 
 
 def _f(v, digits) -> str:

@@ -118,7 +118,7 @@ def test_node_benchmark_runs_from_a_bare_checkout_and_writes_both_axes(tmp_path)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=300, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     table = next(tmp_path.glob("node-*.md")).read_text()
-    rows = [r.split(" | ") for r in table.splitlines() if r.startswith("| ") and len(r.split(" | ")) == 16]
+    rows = [r.split(" | ") for r in table.splitlines() if r.startswith("| ") and len(r.split(" | ")) >= 16]
     rows = [r for r in rows if r[2].isdigit()]
     from mpinet.engine.options import ALGORITHMS
 
@@ -289,6 +289,45 @@ def test_the_node_benchmark_table_names_each_axis_and_base_and_renders_from_json
     doc.write_text(f"before\n{node.BEGIN}{data} -->\nold table\n{node.END}\nafter\n")
     node.render(str(data), str(doc))
     assert doc.read_text() == f"before\n{node.BEGIN}{data} -->\n\n{text}\n{node.END}\nafter\n"
+
+
+def _calibration(grad_s, allreduce_s, b=8) -> dict:
+    """One rank count's calibration: every kernel 1 ms but the gradient step, the given Allreduce."""
+    kernels = {k: {str(b): 0.001} for k in ("fused_s", "partial_s", "node_s")}
+    return (
+        kernels
+        | {"grad_s": {str(b): grad_s}, "shard_s": {str(b): {}}, "update_s": 0.001}
+        | {
+            "allreduce_s": allreduce_s,
+            "message_s": 0.0005,
+            "latency_s": 0.00001,
+        }
+    )
+
+
+def test_the_node_benchmark_scores_a_model_held_out_from_the_rank_counts_above_its_calibration():
+    """4 cores: the held-out model is calibrated on P <= 2 and scored on P = 4 alone. Its allreduce step
+    at P = 4 is the gradient step and update timed on 2 ranks at once and the Allreduce measured on 4:
+    32 steps of 1000 samples at 4 x 8, (4 + 1 + 2) ms each = 224 µs a sample against 200 measured."""
+    node = _node()
+    report = _report(
+        [
+            _cell("serial", 1, 8, [[300.0] * 3] * 3),
+            _cell("allreduce", 2, 8, [[250.0] * 3] * 3),
+            _cell("allreduce", 4, 8, [[200.0] * 3] * 3),
+        ],
+        batches=(8,),
+        global_batches=(),
+    )
+    report |= {"cores": 4, "ranks": [2, 4]}
+    report["calibration"] = {1: _calibration(0.003, 0.0), 2: _calibration(0.004, 0.001), 4: _calibration(0.010, 0.002)}
+    text = node.markdown(report)
+    head, *rows = [r.split(" | ") for r in text.splitlines() if r.startswith(("| axis", "| throughput"))]
+    held = {r[1] + r[2]: r[head.index("held-out error")] for r in rows}
+    assert held == {"serial1": "-", "allreduce2": "-", "allreduce4": "12 %"}  # 224 / 200 - 1
+    assert "Median absolute error over the 1 held-out cell(s): 12 %" in text
+    report["cores"] = 8  # calibrated on P <= 4: nothing held out, no column
+    assert "held-out" not in node.markdown(report)
 
 
 def test_the_docs_node_tables_are_generated_from_their_committed_json():
