@@ -69,6 +69,11 @@ def runs_table(study_directory: str | Path) -> Path:
     return Path(study_directory, "metrics", "runs.csv")
 
 
+def steps_table(study_directory: str | Path) -> Path:
+    """A study's steps.csv: each job step of its packed allocations, from sacct (mpinet.analysis.allocation)."""
+    return Path(study_directory, "metrics", "steps.csv")
+
+
 def output_key(filename: str) -> str:
     """A run file's name as a rule's output key: metrics.csv -> metrics."""
     return filename.split(".")[0]

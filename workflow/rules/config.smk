@@ -33,7 +33,7 @@ from mpinet import MpinetError
 from mpinet.datasets import dataset
 from mpinet.engine import mpilib
 from mpinet.launch import launcher, walltime
-from mpinet.analysis.figures import FIGURES
+from mpinet.analysis.figures import ALLOCATION, FIGURES, steps_table
 from mpinet.fingerprints import FETCHING, NUMERICS, PREPARATION, SYNTHESIS, job_code, script_code
 from mpinet.layout import (
     DATA_ROOT,

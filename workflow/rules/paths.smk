@@ -50,6 +50,9 @@ def get_final_targets():
         *rules.record_study.output,
         *rules.aggregate.output,
         *(f"{STUDY_DIR}/plots/{d}/{f.name}.png" for d in DATASETS for f in FIGURES),
+        # a packed allocation's picture, once make slurm-pack has written its steps.csv (after the
+        # allocation ended: the steps' account exists only then)
+        *(rules.allocation.output if Path(steps_table(STUDY_DIR)).exists() else []),
     ]
 
 

@@ -22,3 +22,27 @@ rule plots:
         "Plotting dataset {wildcards.dataset}"
     script:
         "../scripts/plots.py"
+
+
+rule allocation:
+    input:
+        steps=steps_table(STUDY_DIR),
+    output:
+        figure=report(
+            f"{STUDY_DIR}/plots/{ALLOCATION.name}.png",
+            caption=f"../report/{ALLOCATION.name}.rst",
+            category=ALLOCATION.category,
+            labels={"figure": ALLOCATION.label},
+        ),
+    log:
+        f"logs/{STUDY}/plots/{ALLOCATION.name}.log",
+    localrule: True
+    conda:
+        "../envs/mpinet.yaml"
+    params:
+        # the script and every package module it imports (mpinet.fingerprints)
+        code=script_code(workflow.source_path("../scripts/allocation.py")),
+    message:
+        "Drawing the packed allocation's job steps"
+    script:
+        "../scripts/allocation.py"

@@ -160,7 +160,7 @@ def plot_allocation(steps_csv: str | Path, out: str | Path) -> dict:
     ax.set_xlim(0, max(whole["t1"] - whole["t0"], 1))
     ax.set_xlabel("seconds since the allocation started")
     ax.set_ylabel("node")
-    share = occupancy(rows)[job]
+    share = occupancy(table[table["job"] == job])[job]
     bottom = style.figure_legend(fig, [ax], entries=entries)
     title = f"Allocation {job}: {len(steps)} steps on {len(nodes)} nodes, occupancy {share:.0%}"
     title += " (node-seconds in steps / node-seconds held)"

@@ -28,6 +28,13 @@ FIGURES = (
     Figure("class_counts", "Data", "samples per class"),
 )
 NAMES = tuple(f.name for f in FIGURES)
+# the study's own figure, drawn once a packed allocation (make slurm-pack) has left its steps.csv
+ALLOCATION = Figure("allocation", "SLURM", "packed allocation: steps over nodes and time")
+
+
+def steps_table(study_directory: str | Path) -> Path:
+    """A study's steps.csv: each job step of its packed allocations, from sacct (mpinet.analysis.allocation)."""
+    return Path(study_directory, "metrics", "steps.csv")
 
 
 def save_png(fig, path: str | Path) -> None:

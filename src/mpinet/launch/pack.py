@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from mpinet import MpinetError
 from mpinet.analysis import allocation
+from mpinet.analysis.figures import steps_table
 from mpinet.launch import batch
 from mpinet.launch.launcher import PACK_ENV, step_nodes
 from mpinet.launch.slurm import Partition, TrainingJob, check_fits, partitions
@@ -32,7 +33,6 @@ EXTRA_MINUTES = 5  # the microbenchmark, the tables and the plots after the last
 LOG_FILE = "logs/slurm/pack-{job}.log"
 EXIT_FILE = "logs/slurm/pack-{job}.exit"
 PROG = "mpinet.launch.pack"
-STEPS_FILE = "metrics/steps.csv"  # under results/<study>/
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
 
 def _afterwards(job: str, study: str, table) -> int:
     """The steps' account to steps.csv, its occupancy and every failed experiment's error line."""
-    path = study_dir(study) / STEPS_FILE
+    path = steps_table(study_dir(study))
     rows = allocation.query_steps(job)
     if len(rows):
         allocation.write_steps(rows, path)
