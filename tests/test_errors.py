@@ -128,11 +128,18 @@ def run_study(wd, datasets: dict) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=wd, capture_output=True, text=True, timeout=300, env=copy_env(wd))
 
 
+# what Snakemake's own report of a failed job shows: its exception, its block, the shell command
+# and the command's JSON options
+SNAKEMAKE_REPORT = ["CalledProcessError", "RuleException", "Error in rule", "-m mpinet.datacli", "--options", '{"']
+
+
 def data_refusal(p: subprocess.CompletedProcess, wd) -> str:
     """The one error line of a run stopped by bad data, after checking the rest: a non-zero exit, no
-    traceback or Python frame, the fetched copy not named, no MPI timing yet and nothing prepared."""
+    traceback or Python frame, no report of Snakemake's about the job (the line is all it says), the
+    fetched copy not named, no MPI timing yet and nothing prepared."""
     out = p.stdout + p.stderr
     assert p.returncode != 0 and "Traceback" not in out and 'File "' not in out, out
+    assert not [text for text in SNAKEMAKE_REPORT if text in out], out
     (line,) = [line for line in out.splitlines() if line.startswith("mpinet.datacli: error:")]
     assert "resources/raw" not in line, line
     assert not list(wd.glob("results/*/metrics/commbench.csv")) and not list(wd.glob("resources/data/*/summary.json"))
@@ -206,3 +213,19 @@ def test_the_prepare_command_knows_every_dataset_key_of_the_schema():
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     keys = schema["properties"]["datasets"]["additionalProperties"]["properties"]
     assert set(option_keys()) == set(keys) - {"source"}
+
+
+def test_only_a_data_command_that_printed_its_error_has_snakemake_s_report_of_it_left_off_the_console():
+    """mpinet.datacli with --log prints its one-line error whenever it ends with 1 or 2: Snakemake's
+    report of that job (its `Error in rule` block's command, the exception naming the command and its
+    status) is left off; one killed, a training job and a command without its log are reported."""
+    from mpinet.datacli import said_on_the_console
+
+    command = "python -m mpinet.datacli prepare resources/raw/t resources/data/t --log logs/data/prepare_t.log"
+    assert said_on_the_console(command)  # the block: the command, no status
+    for status, said in ((1, True), (2, True), (137, False)):
+        exception = f"CalledProcessError in file \"data.smk\", line 71:\nCommand 'set -euo pipefail;  {command}'"
+        assert said_on_the_console(f"{exception} returned non-zero exit status {status}.") is said, status
+    assert not said_on_the_console(command.replace(" --log logs/data/prepare_t.log", ""))
+    assert not said_on_the_console("mpiexec -n 2 python -m mpinet.train --log x > x.log 2>&1 || exit 1")
+    assert not said_on_the_console("At least one job did not complete successfully.")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import env, paced
+from test_errors import data_refusal
 from test_workflow import EPOCHS_PACED, SNAKEMAKE, TINY, copy_env, copy_repo, planned, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
@@ -111,10 +112,8 @@ def test_data_error_through_snakemake_is_one_line_and_leaves_nothing(tmp_path):
         "experiments": [{"dataset": "photos", "epochs": 1}],
     }
     write_config(wd, cfg)
-    p = snakemake(wd, check=False, timeout=300)
-    assert p.returncode != 0
-    errors = [line for line in (p.stdout + p.stderr).splitlines() if line.startswith("mpinet.datacli: error:")]
-    assert len(errors) == 1 and "forest/00001.jpg: cannot decode image" in errors[0]
+    line = data_refusal(snakemake(wd, check=False, timeout=300), wd)
+    assert "forest/00001.jpg: cannot decode image" in line
     assert not (wd / "resources/data/photos").exists()
     assert "cannot decode image" in (wd / "logs/data/prepare_photos.log").read_text()
 

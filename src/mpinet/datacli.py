@@ -19,6 +19,7 @@ import argparse
 import difflib
 import json
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -88,6 +89,17 @@ def logged(log: str, command) -> int:
         print(f"{error} (full log: {log})", file=console, flush=True)
     console.close()
     return code
+
+
+def said_on_the_console(report: str) -> bool:
+    """Whether the failure a report of Snakemake's is about (a job's shell command, or the exception
+    naming it and its exit status) was said on the console already: one of these commands run with
+    --log, which prints its one-line error whenever it ends with status 1 or 2 (logged). A command
+    killed, or ended by the shell with another status, printed nothing: its report is not this."""
+    if f"-m {PROG} " not in report or " --log " not in report:
+        return False
+    status = re.search(r"returned non-zero exit status (\d+)", report)
+    return status is None or status.group(1) in ("1", "2")
 
 
 def run(a: argparse.Namespace) -> int:

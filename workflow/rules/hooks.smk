@@ -1,5 +1,12 @@
 # Every hook of the workflow, and what they call: before anything runs, after it succeeded, after
-# it failed.
+# it failed; and what the console leaves out of a failure the job has said itself.
+
+import logging
+
+from snakemake.logging import logger
+from snakemake_interface_logger_plugins.common import LogEvent
+
+from mpinet.datacli import said_on_the_console
 
 
 onstart:
@@ -55,3 +62,28 @@ def print_failures():
     """When a run fails: every failed experiment by name with its one-line error."""
     if text := failures(GRID.status_rows()):
         print(f"\n{text}\n", flush=True)
+
+
+def said_by_the_job(record):
+    """Whether a log record is Snakemake's report of a data job's failure that the job has printed
+    itself, in one line naming the user's file and the job's log (mpinet.datacli --log): the
+    exception with the shell command and its options, and the `Error in rule` block. Not where the
+    user asked for Snakemake's report (--verbose, --show-failed-logs), nor on SLURM, where the job's
+    line is in its SLURM output rather than on this console."""
+    event = getattr(record, "event", None)
+    if event == LogEvent.JOB_ERROR:
+        text = getattr(record, "shellcmd", None) or ""
+    elif event == LogEvent.ERROR:
+        text = record.getMessage()
+    else:
+        return False
+    asked = workflow.output_settings
+    if asked is not None and (asked.verbose or asked.show_failed_logs):
+        return False
+    return said_on_the_console(text) and not (on_slurm() or in_slurm_job())
+
+
+# left off the console only: the complete log under .snakemake/log/ keeps Snakemake's report
+for handler in logger.handlers:
+    if not isinstance(handler, logging.FileHandler):
+        handler.addFilter(lambda record: not said_by_the_job(record))
