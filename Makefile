@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.study.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-nodes install-profile clean help
+.PHONY: tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
@@ -24,6 +24,8 @@ help:
 	@echo "make run              set up .venv, run the study in CONFIG=$(CONFIG) and build results/<study>/report.html"
 	@echo "make slurm-run        the same on a SLURM cluster (PROFILE=$(PROFILE)): experiments pooled into few SLURM jobs, then the report"
 	@echo "make slurm-pilot      the same in one allocation on one whole node (PARTITION=...): many small experiments"
+	@echo "make slurm-pack       the same in one allocation of NODES=N nodes (default: sized from the estimates; PARTITION=...),"
+	@echo "                      experiments side by side, each a job step on whole nodes of its own (SHARED=1: steps share nodes)"
 	@echo "make status           each experiment of the study (CONFIG), one short line: done, running, failed (with its error, a failed data preparation too) or missing"
 	@echo "make retime           train again the runs of the study (CONFIG) another engine timed, so every speedup divides one engine's times"
 	@echo "make leftovers        run directories no study in config/ lists any more (REMOVE=1 deletes them and their logs)"
@@ -79,6 +81,13 @@ slurm-pilot: setup
 	python -m mpinet.launch.pilot --configfile $(CONFIG) $(if $(PARTITION),--partition $(PARTITION))
 	snakemake --cores 1 --configfile $(CONFIG) --report results/$(STUDY)/report.html
 	@echo "done: results/$(STUDY)/metrics/*.csv, results/$(STUDY)/plots/*/*.png, results/$(STUDY)/report.html"
+
+# the allocation's picture needs its steps from sacct, which exist once the allocation has ended
+slurm-pack: setup
+	python -m mpinet.launch.pack --configfile $(CONFIG) $(if $(NODES),--nodes $(NODES)) $(if $(PARTITION),--partition $(PARTITION)) $(if $(SHARED),--shared)
+	snakemake results/$(STUDY)/plots/allocation.png --cores 1 --configfile $(CONFIG)
+	snakemake --cores 1 --configfile $(CONFIG) --report results/$(STUDY)/report.html
+	@echo "done: results/$(STUDY)/metrics/steps.csv, results/$(STUDY)/plots/allocation.png, results/$(STUDY)/report.html"
 
 status: setup
 	@snakemake status --cores 1 --nolock --quiet all --configfile $(CONFIG)

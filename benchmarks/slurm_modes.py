@@ -1,0 +1,108 @@
+"""Pools, the pilot and packing on one sweep (tests/test_slurm_pack.py's SWEEP) on the local cluster's
+partition `nodes`: the SLURM jobs each submits and its occupancy, node-seconds in trainings (run.json's
+start and end times the nodes the run used) over node-seconds its allocations held (sacct). The pilot,
+which refuses `nodes`, runs the sweep's 1-node experiments. Writes docs/data/slurm_modes.json with the
+machine's facts; docs/slurm.md quotes it.
+
+    python benchmarks/slurm_modes.py   (the cluster started with: tests/slurm/local-cluster.sh start --nodes 3)
+"""
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from conftest import paced  # noqa: E402
+from test_slurm import STEP_DELAY, _since, copy_for_nodes, sacct_jobs  # noqa: E402
+from test_slurm_pack import DATASETS, SWEEP  # noqa: E402
+from test_workflow import SNAKEMAKE, copy_env, write_config  # noqa: E402
+
+from mpinet.analysis.allocation import expand_hostlist  # noqa: E402
+
+OUT = REPO / "docs/data/slurm_modes.json"
+
+
+def pools(wd):
+    return [*SNAKEMAKE, "--profile", "profiles/slurm", "--configfile", "config/test.yaml"]
+
+
+def pilot(wd):
+    return [sys.executable, "-m", "mpinet.launch.pilot", "--configfile", "config/test.yaml", "--partition", "nodes"]
+
+
+def pack(wd):
+    return [sys.executable, "-m", "mpinet.launch.pack", "--configfile", "config/test.yaml", "--partition", "nodes"]
+
+
+def measure(name, command, experiments, root: Path) -> dict:
+    wd = copy_for_nodes(root / name)
+    write_config(wd, {"datasets": DATASETS, "experiments": experiments})
+    since = _since()
+    p = subprocess.run(command(wd), cwd=wd, capture_output=True, text=True, env=paced(copy_env(wd), STEP_DELAY))
+    if p.returncode != 0:
+        raise SystemExit(f"{name} failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    jobs = sacct_jobs(wd, since)
+    held = sum(
+        int(j.nnodes) * (datetime.fromisoformat(j.end) - datetime.fromisoformat(j.start)).total_seconds()
+        for j in jobs.itertuples()
+    )
+    runs = [json.loads(r.read_text()) for r in (wd / "results/runs").rglob("run.json")]
+    used = sum(
+        (m["timing"]["end"] - m["timing"]["start"]) * len(expand_hostlist(m["slurm"]["SLURM_STEP_NODELIST"]))
+        if m["slurm"].get("SLURM_STEP_NODELIST")
+        else (m["timing"]["end"] - m["timing"]["start"]) * m["nodes"]
+        for m in runs
+    )
+    return {
+        "experiments": len(runs),
+        "slurm_jobs": len(jobs),
+        "training_jobs": int((~jobs["comment"].str.startswith("rule_prepare")).sum()),
+        "node_seconds_held": round(held, 1),
+        "node_seconds_training": round(used, 1),
+        "occupancy": round(used / held, 3),
+        "first_submit_to_last_end_s": (
+            pd.to_datetime(jobs["end"]).max() - pd.to_datetime(jobs["submit"]).min()
+        ).total_seconds(),
+    }
+
+
+def main() -> None:
+    one_node = [e for e in SWEEP if not e.get("nodes") and e["ranks"] <= 2]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for name in ("pools", "pilot", "pack"):
+            (root / name).mkdir()
+        result = {
+            "pools": measure("pools", pools, SWEEP, root),
+            "pilot": measure("pilot", pilot, one_node, root),
+            "pack": measure("pack", pack, SWEEP, root),
+        }
+    slurm = subprocess.run(["sinfo", "-V"], capture_output=True, text=True).stdout.strip()
+    facts = {
+        "machine": platform.node(),
+        "cpus": os.cpu_count(),
+        "cpu_model": next(
+            (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if "model name" in ln),
+            "",
+        ),
+        "slurm": slurm,
+        "cluster": "tests/slurm/local-cluster.sh --nodes 3: partition nodes, 3 namespaced nodes of 2 CPUs on this machine",
+        "sweep": "tests/test_slurm_pack.py SWEEP (12 iris runs, hidden [8], 40 epochs, paced 10 ms a step); "
+        "the pilot its 6 one-node runs",
+        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip(),
+        "date": datetime.now().isoformat(timespec="seconds"),
+    }
+    OUT.write_text(json.dumps({"machine": facts, "modes": result}, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
