@@ -90,11 +90,16 @@ def main() -> None:
         "machine": platform.node(),
         "cpus": os.cpu_count(),
         "cpu_model": next(
-            (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if "model name" in ln),
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if "model name" in ln
+            ),
             "",
         ),
         "slurm": slurm,
-        "cluster": "tests/slurm/local-cluster.sh --nodes 3: partition nodes, 3 namespaced nodes of 2 CPUs on this machine",
+        "cluster": "tests/slurm/local-cluster.sh --nodes 3: partition nodes, 3 namespaced nodes of 2 CPUs "
+        "on this machine",
         "sweep": "tests/test_slurm_pack.py SWEEP (12 iris runs, hidden [8], 40 epochs, paced 10 ms a step); "
         "the pilot its 6 one-node runs",
         "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip(),

@@ -41,8 +41,7 @@ def get_step_nodes(wildcards):
         ranks, threads, nodes = int(w.ranks), int(w.blas_threads), GRID.nodes(grid_path(w))
     else:
         ranks, threads, nodes = get_bench_ranks(wildcards), 1, GRID.widest()
-    cpus = launcher.allocation_node_cpus(os.environ["SLURM_JOB_CPUS_PER_NODE"])
-    return launcher.step_nodes(ranks, threads, nodes, cpus)
+    return launcher.step_nodes(ranks, threads, nodes, launcher.allocation_node_cpus())
 
 
 def get_step(wildcards, input, attempt):

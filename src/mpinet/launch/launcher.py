@@ -79,8 +79,10 @@ def step_options(nodes: int, minutes: int, name: str, whole: bool) -> str:
     return f"--nodes={nodes} {'--whole' if whole else '--exact'} --time={minutes} --job-name={shlex.quote(name)}"
 
 
-def allocation_node_cpus(cpus_per_node: str) -> int:
-    """The smallest node's CPUs in SLURM_JOB_CPUS_PER_NODE ('2(x3),4' -> 2)."""
+def allocation_node_cpus(cpus_per_node: str | None = None) -> int:
+    """The smallest node's CPUs in SLURM_JOB_CPUS_PER_NODE ('2(x3),4' -> 2), this job's by default."""
+    if cpus_per_node is None:
+        cpus_per_node = os.environ.get("SLURM_JOB_CPUS_PER_NODE", "")
     counts = [int(n) for n, _ in re.findall(r"(\d+)(\(x\d+\))?", cpus_per_node)]
     if not counts:
         raise MpinetError(f"SLURM_JOB_CPUS_PER_NODE={cpus_per_node!r}: no CPU count in it")
