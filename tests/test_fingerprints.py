@@ -104,6 +104,7 @@ def test_every_workflow_job_that_runs_package_code_takes_its_fingerprint_as_a_pa
         "commbench": 'job_code("mpinet.commbench")',
         "aggregate": 'script_code(workflow.source_path("../scripts/aggregate.py"))',
         "plots": 'script_code(workflow.source_path("../scripts/plots.py"))',
+        "allocation": 'script_code(workflow.source_path("../scripts/allocation.py"))',
         "record_study": 'job_code("mpinet.study.leftovers", "mpinet.study.definitions")',
     }
     running = {

@@ -77,12 +77,12 @@ def test_slurm_time_limits_read_as_minutes():
 
 
 def test_the_allocation_s_sbatch_line_holds_whole_nodes_and_runs_snakemake_with_a_slot_per_node():
-    cmd = pack.sbatch_command(["--configfile", "c.yaml"], 3, 13, 6, False, ("nodes", "ci"), "study")
+    cmd = pack.sbatch_command(["--configfile", "c.yaml"], (3, 13, 6), False, ("nodes", "ci"), "study")
     assert {"--exclusive", "--nodes=3", "--time=13", "--partition=nodes", "--account=ci"} <= set(cmd)
     wrap = next(c for c in cmd if c.startswith("--wrap="))
     assert wrap.startswith(f"--wrap={PACK_ENV}=exclusive-node ") and "--cores 6 --resources train_slots=3" in wrap
     assert "--keep-going" in wrap and "--rerun-incomplete" in wrap
-    shared = pack.sbatch_command(["--configfile", "c.yaml"], 2, 5, 4, True, (None, ""), "study")
+    shared = pack.sbatch_command(["--configfile", "c.yaml"], (2, 5, 4), True, (None, ""), "study")
     assert f"{PACK_ENV}=shared-node" in shared[-1] and not any(c.startswith("--partition") for c in shared)
 
 

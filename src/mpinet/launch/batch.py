@@ -51,11 +51,13 @@ def unfinished(table, study: str) -> list[tuple[dict, int]]:
     return out
 
 
-def sbatch_command(inner: str, slurm: list[str], files: tuple[str, str], name: str, comment: str, partition, account):
+def sbatch_command(inner: str, slurm: list[str], files: tuple[str, str], job: tuple[str, str], where: tuple):
     """The sbatch line of a job running `inner` (a shell line) with `slurm` options (nodes, time);
-    `files`: its log and exit-code file with {job}. The exit code lands beside the log: what the
-    waiting side reports."""
+    `files`: its log and exit-code file with {job}; `job`: its name and comment; `where`: partition
+    and account (None: the default). The exit code lands beside the log: what the waiting side reports."""
     log, exit_file = files
+    name, comment = job
+    partition, account = where
     wrap = f"{inner}; echo $? > {exit_file.format(job='$SLURM_JOB_ID')}"
     account = default_account() if account is None else account
     cmd = ["sbatch", "--parsable", "--exclusive", *slurm, f"--job-name={name}", f"--comment={comment}"]

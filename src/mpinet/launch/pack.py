@@ -80,14 +80,16 @@ def plan_steps(rows: list[tuple[dict, int]], node_cpus: int, shared: bool) -> li
     return steps
 
 
-def sbatch_command(args: list[str], nodes: int, limit: int, cores: int, shared: bool, where, study: str):
-    """The allocation's sbatch line: `nodes` whole nodes, the time limit, Snakemake on all their CPUs
-    with one train_slot per node; the steps' isolation in PACK_ENV."""
+def sbatch_command(args: list[str], size: tuple[int, int, int], shared: bool, where: tuple, study: str):
+    """The allocation's sbatch line: `size` (nodes, minutes, CPUs): that many whole nodes, the time
+    limit, Snakemake on all their CPUs with one train_slot per node; the steps' isolation in PACK_ENV;
+    `where`: partition and account."""
+    nodes, limit, cores = size
     mode = "shared-node" if shared else "exclusive-node"
     inner = f"{PACK_ENV}={mode} {batch.snakemake_line([*args, *batch.INSIDE])} --cores {cores}"
     inner += f" --resources train_slots={nodes}"
     slurm = [f"--nodes={nodes}", f"--time={limit}"]
-    return batch.sbatch_command(inner, slurm, (LOG_FILE, EXIT_FILE), "mpinet-pack", f"pack_{study}", *where)
+    return batch.sbatch_command(inner, slurm, (LOG_FILE, EXIT_FILE), ("mpinet-pack", f"pack_{study}"), where)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -144,7 +146,7 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
     limit = int(span + 0.999) + EXTRA_MINUTES
-    cmd = sbatch_command(args, nodes, limit, nodes * node_cpus, shared, (a.partition, a.account), study)
+    cmd = sbatch_command(args, (nodes, limit, nodes * node_cpus), shared, (a.partition, a.account), study)
     mode = "sharing nodes" if shared else "each on whole nodes"
     print(
         f"{PROG}: {len(steps)} experiments of study {study} side by side, {mode}: estimated makespan "

@@ -48,7 +48,7 @@ def sbatch_command(snakemake_args: list[str], limit: int | None, partition, acco
     inner = f'{batch.snakemake_line(snakemake_args)} --cores "$SLURM_CPUS_ON_NODE"'
     slurm = ["--nodes=1", *([f"--time={limit}"] if limit else [])]
     files = (LOG_FILE, EXIT_FILE)
-    return batch.sbatch_command(inner, slurm, files, "mpinet-pilot", f"pilot_{study}", partition, account)
+    return batch.sbatch_command(inner, slurm, files, ("mpinet-pilot", f"pilot_{study}"), (partition, account))
 
 
 def main(argv=None) -> int:
