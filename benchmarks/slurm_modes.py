@@ -55,12 +55,7 @@ def measure(name, command, experiments, root: Path) -> dict:
         for j in jobs.itertuples()
     )
     runs = [json.loads(r.read_text()) for r in (wd / "results/runs").rglob("run.json")]
-    used = sum(
-        (m["timing"]["end"] - m["timing"]["start"]) * len(expand_hostlist(m["slurm"]["SLURM_STEP_NODELIST"]))
-        if m["slurm"].get("SLURM_STEP_NODELIST")
-        else (m["timing"]["end"] - m["timing"]["start"]) * m["nodes"]
-        for m in runs
-    )
+    used = sum(_seconds(m) * _nodes(m) for m in runs)
     return {
         "experiments": len(runs),
         "slurm_jobs": len(jobs),
@@ -72,6 +67,18 @@ def measure(name, command, experiments, root: Path) -> dict:
             pd.to_datetime(jobs["end"]).max() - pd.to_datetime(jobs["submit"]).min()
         ).total_seconds(),
     }
+
+
+def _seconds(run: dict) -> float:
+    """A run's training span (run.json's timing start and end, ISO times)."""
+    t = run["timing"]
+    return (datetime.fromisoformat(t["end"]) - datetime.fromisoformat(t["start"])).total_seconds()
+
+
+def _nodes(run: dict) -> int:
+    """How many nodes a run held: its step's node list, else its recorded node count."""
+    listed = (run.get("slurm") or {}).get("SLURM_STEP_NODELIST")
+    return len(expand_hostlist(listed)) if listed else int(run.get("nodes") or 1)
 
 
 def main() -> None:

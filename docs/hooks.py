@@ -7,6 +7,8 @@
   from the schema or the training options (mpinet.engine.options.Options).
 - `<!-- test-stages -->`: the stages of `make test`, read from the Makefile's `test` recipe.
 - `<!-- module-map -->`: every module of the package, by floor, with its docstring's first line.
+- `<!-- slurm-modes -->`: pools, the pilot and packing on one sweep, from the raw numbers
+  benchmarks/slurm_modes.py wrote (docs/data/slurm_modes.json, with its machine).
 - `<!-- readme -->`: the README, the site's home page, its links made the site's (docs/x.md -> x.md;
   a file outside docs/ named as code).
 """
@@ -20,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 MAKEFILE = REPO / "Makefile"
 PACKAGE = REPO / "src" / "mpinet"
+SLURM_MODES = REPO / "docs" / "data" / "slurm_modes.json"
 FLOORS = ("", "launch", "analysis", "study", "engine", "datasets")
 
 
@@ -30,6 +33,8 @@ def on_page_markdown(markdown: str, **kwargs) -> str:
         markdown = markdown.replace("<!-- module-map -->", module_map())
     if "<!-- readme -->" in markdown:
         markdown = markdown.replace("<!-- readme -->", readme())
+    if "<!-- slurm-modes -->" in markdown:
+        markdown = markdown.replace("<!-- slurm-modes -->", slurm_modes_table())
     if "<!-- test-stages -->" in markdown:
         markdown = markdown.replace("<!-- test-stages -->", make_test_table())
     return markdown
@@ -168,6 +173,33 @@ def make_test_table() -> str:
     for stage, command, target in make_test_stages():
         runs = "<br>".join(f"`{c.strip()}`" for c in command.split("; "))
         lines.append(f"| {stage} | {runs} | {f'`{target}`' if target else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+MODE_COMMANDS = {"pools": "make slurm-run", "pilot": "make slurm-pilot", "pack": "make slurm-pack"}
+
+
+def slurm_modes_table(path: Path = SLURM_MODES) -> str:
+    """One row per mode of docs/data/slurm_modes.json, then the machine, commit and date it ran on."""
+    import json
+
+    data = json.loads(path.read_text())
+    lines = [
+        "| mode | experiments | SLURM jobs | node-seconds held | node-seconds in trainings | occupancy "
+        "| first submit to last end |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode, m in data["modes"].items():
+        lines.append(
+            f"| {mode} (`{MODE_COMMANDS[mode]}`) | {m['experiments']} | {m['slurm_jobs']} | "
+            f"{m['node_seconds_held']:.0f} | {m['node_seconds_training']:.0f} | {m['occupancy']:.2f} | "
+            f"{m['first_submit_to_last_end_s']:.0f} s |"
+        )
+    f = data["machine"]
+    lines.append(
+        f"\nMeasured by `benchmarks/slurm_modes.py` on {f['cluster']} ({f['cpu_model']}, {f['slurm']}); "
+        f"{f['sweep']}; commit `{f['commit'][:10]}`, {f['date']}.\n"
+    )
     return "\n".join(lines) + "\n"
 
 

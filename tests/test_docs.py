@@ -282,3 +282,21 @@ def test_every_run_time_a_page_quotes_is_the_one_measured_in_docs_data_timings_j
     for quote in quotes:
         text = text.replace(quote, "")
     assert not re.findall(DURATION, text), f"{page} quotes a time that is not in docs/data/timings.json"
+
+
+def test_the_slurm_page_s_modes_table_is_generated_from_the_benchmark_s_raw_numbers():
+    """docs/slurm.md quotes pools, the pilot and packing through the hook, from the JSON
+    benchmarks/slurm_modes.py writes (machine included), never typed by hand."""
+    import json
+
+    sys.path.insert(0, str(DOCS))
+    import hooks
+
+    assert "<!-- slurm-modes -->" in (DOCS / "slurm.md").read_text()
+    data = json.loads(hooks.SLURM_MODES.read_text())
+    assert set(data["modes"]) == set(hooks.MODE_COMMANDS) and data["machine"]["commit"]
+    text = hooks.slurm_modes_table()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "`make" in line]
+    assert len(rows) == len(data["modes"])
+    for row, (mode, m) in zip(rows, data["modes"].items()):
+        assert row.startswith(f"| {mode} ") and f"| {m['occupancy']:.2f} |" in row and f"| {m['slurm_jobs']} |" in row
