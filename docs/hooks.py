@@ -13,6 +13,7 @@
   a file outside docs/ named as code).
 """
 
+import json
 import re
 from pathlib import Path
 
@@ -181,8 +182,6 @@ MODE_COMMANDS = {"pools": "make slurm-run", "pilot": "make slurm-pilot", "pack":
 
 def slurm_modes_table(path: Path = SLURM_MODES) -> str:
     """One row per mode of docs/data/slurm_modes.json, then the machine, commit and date it ran on."""
-    import json
-
     data = json.loads(path.read_text())
     lines = [
         "| mode | experiments | SLURM jobs | node-seconds held | node-seconds in trainings | occupancy "

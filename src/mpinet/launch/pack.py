@@ -18,6 +18,7 @@ import argparse
 import shlex
 import sys
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from mpinet import MpinetError
 from mpinet.analysis import allocation
@@ -40,6 +41,14 @@ class Step:
     name: str
     width: int  # whole nodes (exclusive) or CPUs (shared) it holds
     minutes: float
+
+
+class Size(NamedTuple):
+    """What the allocation asks for: whole nodes, its time limit in minutes, the CPUs Snakemake gets."""
+
+    nodes: int
+    minutes: int
+    cpus: int
 
 
 def makespan(steps: list[Step], units: int) -> float:
@@ -80,10 +89,9 @@ def plan_steps(rows: list[tuple[dict, int]], node_cpus: int, shared: bool) -> li
     return steps
 
 
-def sbatch_command(args: list[str], size: tuple[int, int, int], shared: bool, where: tuple, study: str):
-    """The allocation's sbatch line: `size` (nodes, minutes, CPUs): that many whole nodes, the time
-    limit, Snakemake on all their CPUs with one train_slot per node; the steps' isolation in PACK_ENV;
-    `where`: partition and account."""
+def sbatch_command(args: list[str], size: Size, shared: bool, where: tuple, study: str):
+    """The allocation's sbatch line: `size`'s whole nodes and time limit, Snakemake on all their CPUs
+    with one train_slot per node; the steps' isolation in PACK_ENV; `where`: partition and account."""
     nodes, limit, cores = size
     mode = "shared-node" if shared else "exclusive-node"
     inner = f"{PACK_ENV}={mode} {batch.snakemake_line([*args, *batch.INSIDE])} --cores {cores}"
@@ -146,7 +154,7 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
     limit = int(span + 0.999) + EXTRA_MINUTES
-    cmd = sbatch_command(args, (nodes, limit, nodes * node_cpus), shared, (a.partition, a.account), study)
+    cmd = sbatch_command(args, Size(nodes, limit, nodes * node_cpus), shared, (a.partition, a.account), study)
     mode = "sharing nodes" if shared else "each on whole nodes"
     print(
         f"{PROG}: {len(steps)} experiments of study {study} side by side, {mode}: estimated makespan "
