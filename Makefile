@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.study.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-nodes install-profile clean help
+.PHONY: study-config tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
@@ -67,40 +67,44 @@ $(STAMP): requirements.txt mpi/$(MPI).txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
-run: setup
+# CONFIG checked in one line: Snakemake's own answer to a --configfile that is not there is a traceback
+study-config:
+	@test -f "$(CONFIG)" || { echo "error: CONFIG=$(CONFIG): no such file; the studies in config/: $$(cd config && ls *.yaml | paste -sd ' ')" >&2; exit 1; }
+
+run: setup study-config
 	snakemake --cores $(CORES) --configfile $(CONFIG)
 	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/$(STUDY)/report.html
 	@echo "done: results/$(STUDY)/metrics/*.csv, results/$(STUDY)/plots/*/*.png, results/$(STUDY)/report.html"
 
-slurm-run: setup
+slurm-run: setup study-config
 	snakemake --profile $(PROFILE) --configfile $(CONFIG)
 	snakemake --cores 1 --configfile $(CONFIG) --report results/$(STUDY)/report.html
 	@echo "done: results/$(STUDY)/metrics/*.csv, results/$(STUDY)/plots/*/*.png, results/$(STUDY)/report.html"
 
-slurm-pilot: setup
+slurm-pilot: setup study-config
 	python -m mpinet.launch.pilot --configfile $(CONFIG) $(if $(PARTITION),--partition $(PARTITION))
 	snakemake --cores 1 --configfile $(CONFIG) --report results/$(STUDY)/report.html
 	@echo "done: results/$(STUDY)/metrics/*.csv, results/$(STUDY)/plots/*/*.png, results/$(STUDY)/report.html"
 
-# the allocation's picture needs its steps from sacct, which exist once the allocation has ended
-slurm-pack: setup
+# the tables and plots (the allocation's picture among them: sacct has its steps once it has ended)
+# are built on this node after the allocation, which holds its nodes only while they train
+slurm-pack: setup study-config
 	python -m mpinet.launch.pack --configfile $(CONFIG) $(if $(NODES),--nodes $(NODES)) $(if $(PARTITION),--partition $(PARTITION)) $(if $(SHARED),--shared)
-	snakemake results/$(STUDY)/plots/allocation.png --cores 1 --configfile $(CONFIG)
 	snakemake --cores 1 --configfile $(CONFIG) --report results/$(STUDY)/report.html
 	@echo "done: results/$(STUDY)/metrics/steps.csv, results/$(STUDY)/plots/allocation.png, results/$(STUDY)/report.html"
 
-status: setup
+status: setup study-config
 	@snakemake status --cores 1 --nolock --quiet all --configfile $(CONFIG)
 
 # the runs another engine timed (runs.csv's timed_by), trained again: the same weights, this engine's times
-retime: setup
+retime: setup study-config
 	@stale=$$(python -m mpinet.study.status stale $(CONFIG)) || exit 1; \
 	if [ -z "$$stale" ]; then echo "every run of study $(STUDY) was timed by this engine: nothing to retime"; exit 0; fi; \
 	echo "retiming $$(echo $$stale | wc -w) run(s) of study $(STUDY)"; \
 	snakemake --cores $(CORES) --configfile $(CONFIG) --forcerun $$stale && \
 	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/$(STUDY)/report.html
 
-leftovers: setup
+leftovers: setup study-config
 	@snakemake leftovers --cores 1 --nolock --quiet all --configfile $(CONFIG) --config remove_leftovers=$(if $(REMOVE),True,False)
 
 compare: setup
@@ -113,7 +117,7 @@ check: setup
 squeue: setup
 	@python -m mpinet.launch.slurm
 
-report: setup
+report: setup study-config
 	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/$(STUDY)/report.html
 
 lint: setup

@@ -229,3 +229,11 @@ def test_only_a_data_command_that_printed_its_error_has_snakemake_s_report_of_it
     assert not said_on_the_console(command.replace(" --log logs/data/prepare_t.log", ""))
     assert not said_on_the_console("mpiexec -n 2 python -m mpinet.train --log x > x.log 2>&1 || exit 1")
     assert not said_on_the_console("At least one job did not complete successfully.")
+
+
+def test_a_config_file_that_is_not_there_is_one_line_naming_it():
+    cmd = ["make", "-s", "study-config", "CONFIG=config/nope.yaml"]
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    lines = [line for line in p.stderr.splitlines() if not line.startswith("make: ***")]
+    assert p.returncode != 0 and len(lines) == 1 and p.stdout == "", p.stderr
+    assert shown_as(page_message("CONFIG=config/nope.yaml"), lines[0]) and "config.yaml" in lines[0], lines

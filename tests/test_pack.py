@@ -2,7 +2,9 @@
 makespan estimate and the node count it picks, what it refuses, and the steps table sacct gives
 afterwards (host lists, occupancy, steps at once, the picture)."""
 
+import re
 import shlex
+from pathlib import Path
 
 import pytest
 import yaml
@@ -10,8 +12,8 @@ from test_figures_layout import layout_problems
 
 from mpinet import MpinetError
 from mpinet.analysis import allocation
-from mpinet.launch import pack
-from mpinet.launch.launcher import PACK_ENV, allocation_node_cpus, step_nodes, step_options
+from mpinet.launch import batch, pack
+from mpinet.launch.launcher import PACK_ENV, allocation_node_cpus, step_nodes, step_options, step_priority
 from mpinet.launch.slurm import Partition, minutes
 
 # sacct -n -P -o JobID,JobName,NodeList,Start,End,State of an allocation of 3 nodes for 100 s: three
@@ -43,6 +45,13 @@ def test_a_step_takes_the_experiment_s_nodes_else_as_many_as_its_cpus_fill():
         allocation_node_cpus("")
 
 
+def test_in_a_packed_allocation_the_widest_steps_start_first_and_the_microbenchmark_first_of_its_width():
+    # (nodes, order): launch order 1..12 within a width, the microbenchmark 13
+    steps = [(1, 12), (2, 3), (1, 1), (2, 13), (3, 1), (2, 12)]
+    ranked = sorted(steps, key=lambda s: -step_priority(*s, count=12))
+    assert ranked == [(3, 1), (2, 13), (2, 12), (2, 3), (1, 12), (1, 1)]
+
+
 def test_the_makespan_places_the_longest_steps_first_on_the_first_free_nodes():
     steps = [pack.Step(f"s{i}", w, m) for i, (w, m) in enumerate([(2, 10), (1, 10), (1, 5), (1, 5), (2, 4)])]
     # 3 nodes: the 2-wide 10 and a 1-wide 10 at once (0-10), the two 5s (10-15), then the 2-wide 4
@@ -55,7 +64,7 @@ def test_the_makespan_places_the_longest_steps_first_on_the_first_free_nodes():
 
 def test_the_allocation_is_the_fewest_nodes_whose_makespan_fits_the_partition_s_limit():
     steps = [pack.Step(f"s{i}", 1, 10) for i in range(8)]
-    part = Partition("p", [2] * 64, 64, max_minutes=30 + pack.EXTRA_MINUTES)
+    part = Partition("p", [2] * 64, 64, max_minutes=30 + batch.EXTRA_MINUTES)
     assert pack.choose_nodes(steps, part) == 3  # 3 rounds of 10 minutes on 3 nodes; 2 nodes need 40
     assert pack.choose_nodes(steps, Partition("p", [2] * 8, 8)) == 1  # no limit: the widest step's nodes
     assert pack.choose_nodes([pack.Step("w", 4, 1)], Partition("p", [2] * 8, 8)) == 4
@@ -105,6 +114,23 @@ def test_what_cannot_fit_is_refused_in_one_line_before_anything_runs(
     assert pack.main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("mpinet.launch.pack: error: ") and message in err, err
+
+
+def test_the_allocation_runs_only_the_trainings_and_the_microbenchmark_of_the_workflow():
+    smk = "".join(p.read_text() for p in (Path(__file__).parents[1] / "workflow/rules").glob("*.smk"))
+    assert set(batch.ALLOCATION_RULES) <= set(re.findall(r"^rule (\w+):", smk, re.M))
+    assert batch.INSIDE[batch.INSIDE.index("--until") + 1 :] == list(batch.ALLOCATION_RULES)
+
+
+def test_after_the_allocation_nothing_trains_here_while_a_run_is_missing(monkeypatch, capsys):
+    row = {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "seed": 1}
+    monkeypatch.setattr(batch, "unfinished", lambda table, study: [(row, 3)] * 4)
+    ran = []
+    monkeypatch.setattr(batch.subprocess, "run", lambda *a, **k: ran.append(a))
+    assert batch.finish_here(["--configfile", "c.yaml"], None, "s", "prog") == 1
+    (err,) = capsys.readouterr().err.splitlines()
+    assert ran == [] and err.startswith("prog: error: 4 experiments have no run yet (iris allreduce ranks=2 seed=1, ")
+    assert err.endswith(", ...); run the command again")
 
 
 def test_host_lists_expand_as_slurm_writes_them():

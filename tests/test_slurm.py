@@ -299,7 +299,7 @@ def test_second_invocation_has_nothing_to_do_and_one_change_submits_only_its_job
 def test_a_pilot_runs_the_study_in_one_allocation_one_training_after_another(slurm_run, tmp_path):
     """make slurm-pilot's engine: the data prepared here, then one SLURM job in which Snakemake runs
     every training as a job step, timed alone, with the pooled runs' numbers."""
-    from mpinet.launch import pilot, walltime
+    from mpinet.launch import batch, walltime
     from mpinet.study.experiments import expand_sweeps
 
     wd = copy_repo(tmp_path)
@@ -313,7 +313,7 @@ def test_a_pilot_runs_the_study_in_one_allocation_one_training_after_another(slu
     (job,) = jobs["job"]
     rows = expand_sweeps(CONFIG["experiments"], CONFIG["datasets"]).to_dict("records")
     shape = walltime.data_shape
-    asked = pilot.EXTRA_MINUTES + sum(
+    asked = batch.EXTRA_MINUTES + sum(
         walltime.uncalibrated(r, shape(wd / "resources/data/iris", r)).minutes() for r in rows
     )
     assert jobs["extra"].iloc[0] == f"00:{asked:02d}:00"  # the sum of the first run's estimates

@@ -44,6 +44,16 @@ def get_step_nodes(wildcards):
     return launcher.step_nodes(ranks, threads, nodes, launcher.allocation_node_cpus())
 
 
+def get_priority(wildcards):
+    """A job's place in the queue: the study's launch order (a training's, GRID.priorities); in a
+    packed allocation the widest steps first, the microbenchmark first of its width."""
+    count = len(GRID.names)
+    order = GRID.priorities[grid_path(wildcards)] if "ranks" in wildcards.keys() else count + 1
+    if not packed():
+        return order if "ranks" in wildcards.keys() else 0
+    return launcher.step_priority(get_step_nodes(wildcards), order, count)
+
+
 def get_step(wildcards, input, attempt):
     """srun options of the job's own step in a packed allocation ('' elsewhere): its nodes (whole
     unless steps share nodes), its own time limit and, as its name in sacct, the run's name."""

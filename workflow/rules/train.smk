@@ -48,7 +48,7 @@ rule train_single:
         ranks="1",
         # every design but the parameter server (its rank 0 does not train) runs on one rank
         algorithm="|".join(a for a in ALGORITHMS if a != "paramserver"),
-    priority: lambda w: GRID.priorities[grid_path(w)]
+    priority: get_priority
     group:
         get_pool
     conda:
@@ -81,7 +81,7 @@ rule train_mpi:
     wildcard_constraints:
         ranks=r"[2-9]|[1-9]\d+",
         algorithm="|".join(a for a in ALGORITHMS if a != "serial"),
-    priority: lambda w: GRID.priorities[grid_path(w)]
+    priority: get_priority
     group:
         get_pool
     conda:
@@ -116,6 +116,7 @@ rule commbench:
         f"{STUDY_DIR}/metrics/commbench.csv",
     log:
         f"logs/{STUDY}/commbench.log",
+    priority: get_priority
     group:
         get_bench_pool
     conda:

@@ -5,6 +5,8 @@ the wait for that job with its log's tail and exit code at the end.
 The data is prepared on the login node because its size decides the time estimates; inside, the
 job's Snakemake reruns a killed job's half-written outputs (--rerun-incomplete) and one failed
 experiment stops no other (--keep-going), so running the command again goes on from what finished.
+The allocation holds its nodes only while they measure (ALLOCATION_RULES); the tables and plots are
+built here once it has ended and every experiment has its run (finish_here).
 """
 
 import os
@@ -26,8 +28,13 @@ from mpinet.study.status import study_name
 POLL_S = 2  # squeue, while the job is queued or runs (sbatch --wait polls at 2, 6, 14, 30, 62 s ...)
 # a controller that answers no squeue for this long is taken to be gone (slurmctld restarts take seconds)
 GIVE_UP_S = 600
+# an allocation's time beyond its trainings' estimates: Snakemake's start in it and the microbenchmark
+EXTRA_MINUTES = 5
+# what runs inside the allocation: the trainings and the microbenchmark of its nodes' link (rule
+# names of workflow/rules/train.smk; tests/test_cluster.py checks they exist), nothing after them
+ALLOCATION_RULES = ("train_single", "train_mpi", "commbench")
 # inside the job: a killed job's half-written outputs are redone, one failed experiment stops no other
-INSIDE = ["--rerun-incomplete", "--keep-going"]
+INSIDE = ["--rerun-incomplete", "--keep-going", "--until", *ALLOCATION_RULES]
 
 
 def read_experiments(configfile: str):
@@ -125,6 +132,24 @@ def prepare(args: list[str], table, prog: str) -> int:
     # the targets first: --configfile (in args) takes every value that follows it
     cmd = [sys.executable, "-m", "snakemake", *targets, *args, "--cores", "2", "--quiet", "rules"]
     return subprocess.run(cmd).returncode
+
+
+def finish_here(args: list[str], table, study: str, prog: str) -> int:
+    """After the allocation: the study's tables and plots built here, when every experiment has its
+    run (never a training on this node: a missing one is named and left to the command run again)."""
+    if missing := unfinished(table, study):
+        names = ", ".join(experiment_name(r) for r, _ in missing[:3]) + (", ..." if len(missing) > 3 else "")
+        why = f"{len(missing)} experiments have no run yet ({names}); run the command again"
+        print(f"{prog}: error: {why}", file=sys.stderr)
+        return 1
+    print(f"{prog}: the tables and plots, here (the allocation has ended)", flush=True)
+    cmd = [sys.executable, "-m", "snakemake", *args, "--cores", "2", "--quiet", "rules"]
+    return subprocess.run(cmd).returncode
+
+
+def experiment_name(row: dict) -> str:
+    """An experiment in a message: its dataset, design, ranks and seed."""
+    return f"{row['dataset']} {row['algorithm']} ranks={row['ranks']} seed={row['seed']}"
 
 
 def prepared(table) -> bool:

@@ -79,6 +79,14 @@ def step_options(nodes: int, minutes: int, name: str, whole: bool) -> str:
     return f"--nodes={nodes} {'--whole' if whole else '--exact'} --time={minutes} --job-name={shlex.quote(name)}"
 
 
+def step_priority(nodes: int, order: int, count: int) -> int:
+    """A job's priority in a packed allocation (Snakemake starts the highest first): the widest steps
+    first, in launch order within a width (`order` 1..count, the microbenchmark count + 1). The
+    narrower steps then fill the nodes beside the wide ones; wide steps left to the end would run
+    one at a time with nodes idle beside them."""
+    return nodes * (count + 2) + order
+
+
 def allocation_node_cpus(cpus_per_node: str | None = None) -> int:
     """The smallest node's CPUs in SLURM_JOB_CPUS_PER_NODE ('2(x3),4' -> 2), this job's by default."""
     if cpus_per_node is None:

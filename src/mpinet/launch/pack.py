@@ -9,7 +9,8 @@ isolate_timing: false) lets steps share nodes (`srun --exact`; shared-node, left
 speedup). Each step has its own time limit from its estimate; the allocation's is the estimated
 makespan of the steps (list scheduling by width) plus a margin, on the fewest nodes whose makespan
 fits the partition's time limit unless --nodes says. Afterwards sacct's account of the steps goes to
-results/<study>/metrics/steps.csv, which the report draws (nodes over time, with the occupancy).
+results/<study>/metrics/steps.csv, which the report draws (nodes over time, with the occupancy), and
+the tables and plots are built here: the allocation ends with its last step.
 
     python -m mpinet.launch.pack --configfile config/config.yaml [--nodes N] [--partition P] [--shared] [--dry-run]
 """
@@ -30,7 +31,6 @@ from mpinet.layout import study_dir
 from mpinet.study.grid import Grid
 from mpinet.study.status import failures
 
-EXTRA_MINUTES = 5  # the microbenchmark, the tables and the plots after the last training
 LOG_FILE = "logs/slurm/pack-{job}.log"
 EXIT_FILE = "logs/slurm/pack-{job}.exit"
 PROG = "mpinet.launch.pack"
@@ -70,9 +70,9 @@ def choose_nodes(steps: list[Step], part: Partition, per_node: int = 1) -> int:
     units per node (1 for whole-node steps, the node's CPUs when steps share nodes)."""
     least = max([-(-s.width // per_node) for s in steps] + [part.min_nodes])
     for n in range(least, part.max_nodes + 1):
-        if part.max_minutes is None or makespan(steps, n * per_node) + EXTRA_MINUTES <= part.max_minutes:
+        if part.max_minutes is None or makespan(steps, n * per_node) + batch.EXTRA_MINUTES <= part.max_minutes:
             return n
-    span = makespan(steps, part.max_nodes * per_node) + EXTRA_MINUTES
+    span = makespan(steps, part.max_nodes * per_node) + batch.EXTRA_MINUTES
     raise MpinetError(
         f"the study's estimated makespan on all {part.max_nodes} nodes of SLURM partition '{part.name}' is "
         f"{span:.0f} minutes, over its time limit of {part.max_minutes}; split the study or run it with make slurm-run"
@@ -85,7 +85,7 @@ def plan_steps(rows: list[tuple[dict, int]], node_cpus: int, shared: bool) -> li
     for row, minutes in rows:
         nodes = step_nodes(int(row["ranks"]), int(row["blas_threads"]), row.get("nodes"), node_cpus)
         cpus = int(row["ranks"]) * int(row["blas_threads"])
-        steps.append(Step(_name(row), cpus if shared else nodes, minutes))
+        steps.append(Step(batch.experiment_name(row), cpus if shared else nodes, minutes))
     return steps
 
 
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
     except MpinetError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
-    limit = int(span + 0.999) + EXTRA_MINUTES
+    limit = int(span + 0.999) + batch.EXTRA_MINUTES
     cmd = sbatch_command(args, Size(nodes, limit, nodes * node_cpus), shared, (a.partition, a.account), study)
     mode = "sharing nodes" if shared else "each on whole nodes"
     print(
@@ -169,7 +169,7 @@ def main(argv=None) -> int:
         return 1
     print(f"{PROG}: job {job}, its log {LOG_FILE.format(job=job)} (scancel {job} stops it)", flush=True)
     code = batch.wait(job, PROG, (LOG_FILE, EXIT_FILE), "pack", batch.POLL_S, batch.GIVE_UP_S)
-    return _afterwards(job, study, table) or code
+    return _afterwards(job, study, table) or code or batch.finish_here(args, table, study, PROG)
 
 
 def _afterwards(job: str, study: str, table) -> int:
@@ -204,16 +204,11 @@ def _check(table, study: str, part: Partition, node_cpus: int, nodes: int | None
         width = step_nodes(ranks, threads, row.get("nodes"), node_cpus)
         if nodes is not None and width > nodes:
             raise MpinetError(
-                f"{_name(row)}: {ranks} ranks x {threads} threads take {width} whole nodes, but the allocation "
-                f"has {nodes} (NODES={nodes}); raise NODES or lower ranks or nodes in the config"
+                f"{batch.experiment_name(row)}: {ranks} ranks x {threads} threads take {width} whole nodes, but "
+                f"the allocation has {nodes} (NODES={nodes}); raise NODES or lower ranks or nodes in the config"
             )
-        jobs.append(TrainingJob(_name(row), ranks, threads, width, part.name))
+        jobs.append(TrainingJob(batch.experiment_name(row), ranks, threads, width, part.name))
     check_fits(jobs, parts, default)
-
-
-def _name(row: dict) -> str:
-    """An experiment in a message: its dataset, design, ranks and seed."""
-    return f"{row['dataset']} {row['algorithm']} ranks={row['ranks']} seed={row['seed']}"
 
 
 if __name__ == "__main__":

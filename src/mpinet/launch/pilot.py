@@ -5,8 +5,9 @@ Pools (`make slurm-run`) submit one allocation per few experiments, and inside e
 once per member (a few seconds each). The pilot starts Snakemake once, on one whole node
 (`--exclusive`), for the whole study: the choice for many small experiments that fit one node.
 Its time limit is the sum of the experiments' estimates (mpinet.launch.walltime) plus a margin for the
-microbenchmark, tables and plots; a pilot that runs out resumes from the checkpoints when started
-again. The data is prepared first, here, where it is missing: its size decides the estimates.
+microbenchmark; a pilot that runs out resumes from the checkpoints when started again. The data is
+prepared first, here, where it is missing (its size decides the estimates); the tables and plots are
+built here after the pilot has ended.
 
     python -m mpinet.launch.pilot --configfile config/config.yaml [--partition P] [--dry-run]
 """
@@ -19,7 +20,6 @@ from mpinet import MpinetError
 from mpinet.launch import batch
 from mpinet.launch.slurm import TrainingJob, check_fits, partitions
 
-EXTRA_MINUTES = 5  # the microbenchmark, the tables and the plots after the last training
 LOG_FILE = "logs/slurm/pilot-{job}.log"
 EXIT_FILE = "logs/slurm/pilot-{job}.exit"
 PROG = "mpinet.launch.pilot"
@@ -40,7 +40,7 @@ def load_experiments(configfile: str):
 
 def minutes(table, study: str) -> int:
     """The pilot's time limit: each unfinished experiment's estimate, and EXTRA_MINUTES."""
-    return EXTRA_MINUTES + sum(m for _, m in batch.unfinished(table, study))
+    return batch.EXTRA_MINUTES + sum(m for _, m in batch.unfinished(table, study))
 
 
 def sbatch_command(snakemake_args: list[str], limit: int | None, partition, account, study: str) -> list[str]:
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     if (job := batch.submit(cmd, PROG)) is None:
         return 1
     print(f"{PROG}: job {job}, its log {LOG_FILE.format(job=job)} (scancel {job} stops it)", flush=True)
-    return _wait(job)
+    return _wait(job) or batch.finish_here(args, table, study, PROG)
 
 
 def _wait(job: str, poll_s: float = batch.POLL_S, give_up_s: float = batch.GIVE_UP_S) -> int:
