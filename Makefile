@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.study.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: study-config tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-nodes install-profile clean help
+.PHONY: study-config tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-auto benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
@@ -41,6 +41,7 @@ help:
 	@echo "make docs             build the manual into site/ (MkDocs, strict: a broken link or anchor fails)"
 	@echo "make benchmark        the performance benchmarks (print tables; bench.py also writes benchmarks/results/)"
 	@echo "make benchmark-node   every design at 1, 2, 4 ... all cores of this node, with the model's prediction and DDP"
+	@echo "make benchmark-auto   auto's launches of one experiment: one design, the same weights, its time within the design's plus the trials"
 	@echo "make benchmark-nodes  on a SLURM cluster with 2 free nodes: a 2-rank run on one node against two"
 	@echo "make install-profile  link profiles/slurm to ~/.config/snakemake/slurm (then: snakemake --profile slurm)"
 	@echo "make test-mpi         the engine's MPI tests and a small workflow run under MPI=$(MPI) (make test runs openmpi)"
@@ -178,11 +179,16 @@ benchmark: setup
 	$(UNSET_OPENBLAS) python benchmarks/model_accuracy.py
 	$(UNSET_OPENBLAS) python benchmarks/recording.py
 	$(UNSET_OPENBLAS) python benchmarks/node.py
+	$(UNSET_OPENBLAS) python benchmarks/auto.py
 
 # every design at 1, 2, 4, ... N ranks of this node beside its calibrated model and PyTorch DDP; on a
 # bare checkout without make: PYTHONPATH=src python3 benchmarks/node.py (docs/performance.md)
 benchmark-node: setup
 	$(UNSET_OPENBLAS) python benchmarks/node.py
+
+# auto's launches of one experiment: one design, the same weights, its reported time against the design's
+benchmark-auto: setup
+	$(UNSET_OPENBLAS) python benchmarks/auto.py
 
 benchmark-nodes: setup
 	$(UNSET_OPENBLAS) python benchmarks/nodes.py $(if $(PARTITION),--partition $(PARTITION))

@@ -517,11 +517,16 @@ def render(path: str, into: str | None) -> int:
     if not into:
         print(text, end="")
         return 0
-    doc = Path(into).read_text()
-    start = doc.index(f"{BEGIN}{path} ")
-    start = doc.index("\n", start) + 1
-    Path(into).write_text(doc[:start] + "\n" + text + "\n" + doc[doc.index(END, start) :])
+    replace_section(Path(into), f"{BEGIN}{path} ", text)
     return 0
+
+
+def replace_section(doc_path: Path, begin: str, text: str) -> None:
+    """`text` in place of the section of doc_path that starts with the line beginning `begin` (kept)
+    and ends at END: a generated table, rewritten from its JSON."""
+    doc = doc_path.read_text()
+    start = doc.index("\n", doc.index(begin)) + 1
+    doc_path.write_text(doc[:start] + "\n" + text + "\n" + doc[doc.index(END, start) :])
 
 
 def summarize(cell: dict) -> dict:

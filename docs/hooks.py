@@ -185,13 +185,14 @@ def slurm_modes_table(path: Path = SLURM_MODES) -> str:
     data = json.loads(path.read_text())
     lines = [
         "| mode | experiments | SLURM jobs | node-seconds held | node-seconds in trainings | occupancy "
-        "| first submit to last end |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| occupancy in job steps (the report's) | first submit to last end |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for mode, m in data["modes"].items():
+        steps = f"{m['occupancy_steps']:.2f}" if "occupancy_steps" in m else "-"
         lines.append(
             f"| {mode} (`{MODE_COMMANDS[mode]}`) | {m['experiments']} | {m['slurm_jobs']} | "
-            f"{m['node_seconds_held']:.0f} | {m['node_seconds_training']:.0f} | {m['occupancy']:.2f} | "
+            f"{m['node_seconds_held']:.0f} | {m['node_seconds_training']:.0f} | {m['occupancy']:.2f} | {steps} | "
             f"{m['first_submit_to_last_end_s']:.0f} s |"
         )
     f = data["machine"]

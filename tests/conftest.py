@@ -81,8 +81,11 @@ def train_cmd(ranks: int | None, *args) -> list[str]:
     return [*mpiexec_argv(ranks), sys.executable, "-m", "mpi4py", "-m", "mpinet.train", *map(str, args)]
 
 
-def run_train(ranks: int | None, *args, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-    p = subprocess.run(train_cmd(ranks, *args), capture_output=True, text=True, timeout=timeout, env=env())
+def run_train(
+    ranks: int | None, *args, timeout: float = 120, check: bool = True, extra_env: dict | None = None
+) -> subprocess.CompletedProcess:
+    e = {**env(), **(extra_env or {})}
+    p = subprocess.run(train_cmd(ranks, *args), capture_output=True, text=True, timeout=timeout, env=e)
     if check and p.returncode != 0:
         raise AssertionError(f"trainer failed ({p.returncode}):\n{p.stderr[-3000:]}")
     return p

@@ -140,11 +140,16 @@ def test_node_benchmark_runs_from_a_bare_checkout_and_writes_both_axes(tmp_path)
 
 def _node():
     """benchmarks/node.py as a module, this process's environment and path left as they were."""
+    return _benchmark("node")
+
+
+def _benchmark(name: str):
+    """benchmarks/<name>.py as a module, this process's environment and path left as they were."""
     import importlib.util
     import os
 
     saved, path = dict(os.environ), list(sys.path)
-    spec = importlib.util.spec_from_file_location("node_benchmark", REPO / "benchmarks" / "node.py")
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
@@ -342,3 +347,46 @@ def test_the_docs_node_tables_are_generated_from_their_committed_json():
         assert (REPO / path).exists() and path.startswith("docs/data/node/")
         body = section[section.index("\n") + 1 : section.index(node.END)]
         assert body == "\n" + node.markdown(json.loads((REPO / path).read_text())) + "\n"
+
+
+def _launch(design: str, epochs_s: list, trials=None, weights="w") -> dict:
+    return {"design": design, "epochs_s": epochs_s, "trials_s": trials, "weights": weights}
+
+
+def test_auto_s_verdict_charges_the_trials_over_the_epochs_and_reads_the_chosen_design_s_interval():
+    auto = _benchmark("auto")
+    args = {"epochs": 4, "ranks": 2, "batch": 32, "steps": 16}
+    times = [1.0, 1.02, 0.98, 1.01]
+    chosen = [_launch("node", times) for _ in range(5)]
+    runs = [_launch("node", times, trials=2.5)] + [_launch("node", times) for _ in range(4)]
+    v = auto.verdict({"args": args, "auto": runs, "chosen": chosen})
+    assert v["trials_s"] == 2.5 and v["deciding_launches"] == 1 and v["designs"] == ["node"]
+    assert v["auto_charged_epoch_s"] == pytest.approx(1.005 + 0.5)  # 2.5 s over 5 epochs, warm-up included
+    low, high = v["chosen_plus_trials_ci"]
+    assert v["within"] and low <= 1.505 <= high and v["same_weights"] and v["as_the_design_by_hand"]
+    slow = [dict(r, epochs_s=[1.3] * 4) for r in runs]
+    assert not auto.verdict({"args": args, "auto": slow, "chosen": chosen})["within"]
+    mixed = runs[:4] + [_launch("sharded", times, weights="v")]
+    v = auto.verdict({"args": args, "auto": mixed, "chosen": chosen})
+    assert v["designs"] == ["node", "sharded"] and not v["same_weights"] and not v["as_the_design_by_hand"]
+    report = {
+        "args": args,
+        "auto": runs,
+        "chosen": chosen,
+        "verdict": auto.verdict({"args": args, "auto": runs, "chosen": chosen}),
+        "machine": {"machine": "m", "commit": "c" * 40, "date": "d"},
+    }
+    assert "| 5 auto, 5 node | node | yes (yes) | 2.50 (1 launch decided) | 1.505 |" in auto.markdown(report)
+
+
+def test_the_docs_auto_table_is_generated_from_its_committed_json():
+    """docs/engine.md's verdict on auto is the generator's output of docs/data/auto.json, with its machine."""
+    auto = _benchmark("auto")
+    doc = (REPO / "docs" / "engine.md").read_text()
+    (section,) = doc.split(auto.BEGIN)[1:]
+    path = section.split()[0]
+    assert path == "docs/data/auto.json"
+    report = json.loads((REPO / path).read_text())
+    assert report["machine"]["machine"] and report["verdict"] == auto.verdict(report)
+    body = section[section.index("\n") + 1 : section.index(_node().END)]
+    assert body == "\n" + auto.markdown(report) + "\n"

@@ -6,12 +6,14 @@ old runs and a refactor costs one command."""
 import hashlib
 import json
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import EditedPackage, run_train, weights, write_dataset
+from conftest import EditedPackage, env, run_train, weights, write_dataset
 
 REFERENCE = Path(__file__).with_name("numerics_reference.json")
 LOCK_COMMAND = "make numerics-lock"
@@ -68,6 +70,31 @@ def machine() -> str:
     return f"{cpu_model()}; {', '.join(sorted(blas))}; L2 {this_machine().l2_bytes}; numpy {np.__version__}"
 
 
+def reference_kernel(reference: str) -> dict:
+    """OPENBLAS_CORETYPE set to the reference's OpenBLAS kernel, when with it this machine reads as the
+    reference's (the same CPU, OpenBLAS, L2 and numpy, only the kernel OpenBLAS picks differing, as in
+    an environment without the variable): the guard then runs under it and compares bytes, not
+    tolerances. {} when no kernel makes this machine the reference's."""
+    kernel = re.search(r"openblas \S+ (\w+)", reference)
+    if not kernel:
+        return {}
+    forced = {"OPENBLAS_CORETYPE": kernel[1]}
+    code = "import test_numerics; print(test_numerics.machine())"
+    probe = subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(__file__).parent, env={**env(), **forced}, capture_output=True, text=True
+    )
+    return forced if probe.stdout.strip() == reference else {}
+
+
+def how_compared(here: bool, forced: dict, reference: str) -> str:
+    """What the lock and the guard say of their comparison."""
+    if here:
+        return "byte for byte"
+    if forced:
+        return f"byte for byte under the reference's kernel ({' '.join(f'{k}={v}' for k, v in forced.items())})"
+    return f"within tolerances only (the reference ran on {reference}; no kernel forced here makes this machine it)"
+
+
 def same(now: dict, recorded: dict, here: bool) -> bool:
     """The same weights: the same bytes on the reference's machine, within OTHER_MACHINE elsewhere."""
     if here:
@@ -76,13 +103,14 @@ def same(now: dict, recorded: dict, here: bool) -> bool:
     return now["dtype"] == recorded["dtype"] and moved <= OTHER_MACHINE[now["dtype"]] * recorded["norm"]
 
 
-def trained(iris_dataset, tmp_path) -> dict[str, dict]:
-    """Every guard run's digest; the wide runs' first-layer plans checked to be blocked and not."""
+def trained(iris_dataset, tmp_path, forced: dict) -> dict[str, dict]:
+    """Every guard run's digest (under the `forced` environment); the wide runs' first-layer plans
+    checked to be blocked and not."""
     wide = write_dataset(tmp_path / "wide", n_train=64, n_test=8, dim=40000)
     out, plans = {}, {}
     for data, base, experiments in ((iris_dataset, BASE, EXPERIMENTS), (wide, WIDE, WIDE_EXPERIMENTS)):
         for name, (ranks, extra) in experiments.items():
-            run_train(ranks, "--data", data, "--out", tmp_path / name, *base, *extra)
+            run_train(ranks, "--data", data, "--out", tmp_path / name, *base, *extra, extra_env=forced)
             out[name] = digest(weights(tmp_path / name))
             plans[name] = json.loads((tmp_path / name / "run.json").read_text())["first_layer"]
     assert all("blocks" in p["first_layer"] for p in plans["wide_blocked"].values())
@@ -90,14 +118,16 @@ def trained(iris_dataset, tmp_path) -> dict[str, dict]:
     return out
 
 
-def lock(now: dict, code: str) -> str:
+def lock(now: dict, code: str, forced: dict) -> str:
     """`make numerics-lock`: the fingerprint the guard's weights show this code to compute under, written
     to the lock (the reference's when every run gives its weights, else the code's own hash, with
-    these weights as the new reference)."""
+    these weights as the new reference). Bytes decide where this machine is, or can be made with
+    `forced`, the reference's: new code whose bytes moved is never mapped to the old fingerprint."""
     from mpinet.fingerprints import NUMERICS, write_lock
 
     ref = json.loads(REFERENCE.read_text()) if REFERENCE.is_file() else {"digests": {}}
-    here = ref.get("machine") == machine()
+    reference = ref.get("machine")
+    here = reference == machine() or bool(forced)
     kept = [k for k in now if k in ref["digests"] and same(now[k], ref["digests"][k], here)]
     all_kept = bool(kept) and set(kept) == set(ref["digests"])  # runs new to the guard join the same numbers
     fingerprint = write_lock(NUMERICS, ref.get("fingerprint"), all_kept, "numerics")
@@ -107,7 +137,7 @@ def lock(now: dict, code: str) -> str:
     else:
         ref = {"fingerprint": fingerprint, "machine": machine(), "digests": now}
     REFERENCE.write_text(json.dumps(ref, indent=1) + "\n")
-    how = "byte for byte" if here else f"within tolerances only (the reference ran on {ref.get('machine')})"
+    how = how_compared(reference == machine(), forced, reference)
     print(f"numerics lock: engine code {code} -> fingerprint {fingerprint}, compared {how}", file=sys.stderr)
     return fingerprint
 
@@ -121,22 +151,42 @@ def test_the_lock_maps_this_code_to_the_numbers_the_guard_runs_give(iris_dataset
     from mpinet.fingerprints import NUMERICS
 
     code = NUMERICS.code_hash()
-    now = trained(iris_dataset, tmp_path)
+    reference = json.loads(REFERENCE.read_text())["machine"] if REFERENCE.is_file() else machine()
+    natural = reference == machine()
+    forced = {} if natural else reference_kernel(reference)
+    now = trained(iris_dataset, tmp_path, forced)
     if os.environ.get("MPINET_LOCK_NUMERICS"):
-        lock(now, code)
+        lock(now, code, forced)
     locked = NUMERICS.known().get(code)
     assert locked, f"the numerics lock has no entry for the engine's code {code}: run `{LOCK_COMMAND}`"
     ref = json.loads(REFERENCE.read_text())
     assert locked == ref["fingerprint"], (
         f"the lock maps this code to {locked}, the guard's reference is {ref['fingerprint']}: run `{LOCK_COMMAND}`"
     )
-    here = ref["machine"] == machine()
+    here = natural or bool(forced)
     moved = [k for k in now if k not in ref["digests"] or not same(now[k], ref["digests"][k], here)]
     assert not moved, (
-        f"the guard runs {moved} no longer give the weights of fingerprint {locked}"
-        f"{'' if here else ' (on another machine than the reference: ' + ref['machine'] + ')'}, which the lock "
-        f"maps this code to: run `{LOCK_COMMAND}` (new numbers get a new fingerprint, and studies retrain)"
+        f"the guard runs {moved} no longer give the weights of fingerprint {locked} (compared "
+        f"{how_compared(natural, forced, ref['machine'])}), which the lock maps this code to: run "
+        f"`{LOCK_COMMAND}` (new numbers get a new fingerprint, and studies retrain)"
     )
+
+
+def test_a_reference_whose_kernel_this_machine_can_run_is_compared_byte_for_byte_under_it():
+    """Off the reference's kernel (another OPENBLAS_CORETYPE, or none where the reference had one) the
+    guard runs under the reference's kernel and compares bytes; where nothing forced makes this machine
+    the reference's (another numpy, CPU or BLAS) it compares within tolerances and says so."""
+    here = machine()
+    other = re.sub(r"(openblas \S+ )\w+", r"\1Sandybridge", here)
+    if other == here or "openblas" not in here:
+        pytest.skip(f"this machine's BLAS is not OpenBLAS with another kernel than Sandybridge: {here}")
+    assert reference_kernel(other) == {"OPENBLAS_CORETYPE": "Sandybridge"}
+    assert "byte for byte under the reference's kernel (OPENBLAS_CORETYPE=Sandybridge)" in how_compared(
+        False, {"OPENBLAS_CORETYPE": "Sandybridge"}, other
+    )
+    assert reference_kernel(other.replace("; numpy ", "; numpy 0.")) == {}
+    assert reference_kernel("Some CPU; mkl 2024 skylake; L2 1; numpy 1") == {}
+    assert how_compared(False, {}, "Some CPU").startswith("within tolerances only (the reference ran on Some CPU")
 
 
 def test_comments_docstrings_and_layout_leave_the_code_shape_alone():

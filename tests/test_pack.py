@@ -45,11 +45,11 @@ def test_a_step_takes_the_experiment_s_nodes_else_as_many_as_its_cpus_fill():
         allocation_node_cpus("")
 
 
-def test_in_a_packed_allocation_the_widest_steps_start_first_and_the_microbenchmark_first_of_its_width():
-    # (nodes, order): launch order 1..12 within a width, the microbenchmark 13
-    steps = [(1, 12), (2, 3), (1, 1), (2, 13), (3, 1), (2, 12)]
-    ranked = sorted(steps, key=lambda s: -step_priority(*s, count=12))
-    assert ranked == [(3, 1), (2, 13), (2, 12), (2, 3), (1, 12), (1, 1)]
+def test_in_a_packed_allocation_the_widest_steps_start_first_the_longest_first_among_a_width():
+    # (nodes, estimated seconds); the microbenchmark's seconds are inf: first of its width
+    steps = [(1, 45.0), (2, 17.0), (1, 25.0), (2, float("inf")), (3, 5.0), (2, 25.0), (1, 2e9)]
+    ranked = sorted(steps, key=lambda s: -step_priority(*s))
+    assert ranked == [(3, 5.0), (2, float("inf")), (2, 25.0), (2, 17.0), (1, 2e9), (1, 45.0), (1, 25.0)]
 
 
 def test_the_makespan_places_the_longest_steps_first_on_the_first_free_nodes():
@@ -90,7 +90,7 @@ def test_the_allocation_s_sbatch_line_holds_whole_nodes_and_runs_snakemake_with_
     assert {"--exclusive", "--nodes=3", "--time=13", "--partition=nodes", "--account=ci"} <= set(cmd)
     wrap = next(c for c in cmd if c.startswith("--wrap="))
     assert wrap.startswith(f"--wrap={PACK_ENV}=exclusive-node ") and "--cores 6 --resources train_slots=3" in wrap
-    assert "--keep-going" in wrap and "--rerun-incomplete" in wrap
+    assert "--keep-going" in wrap and "--rerun-incomplete" in wrap and "--scheduler greedy" in wrap
     shared = pack.sbatch_command(["--configfile", "c.yaml"], (2, 5, 4), True, (None, ""), "study")
     assert f"{PACK_ENV}=shared-node" in shared[-1] and not any(c.startswith("--partition") for c in shared)
 

@@ -44,14 +44,18 @@ def get_step_nodes(wildcards):
     return launcher.step_nodes(ranks, threads, nodes, launcher.allocation_node_cpus())
 
 
-def get_priority(wildcards):
-    """A job's place in the queue: the study's launch order (a training's, GRID.priorities); in a
-    packed allocation the widest steps first, the microbenchmark first of its width."""
-    count = len(GRID.names)
-    order = GRID.priorities[grid_path(wildcards)] if "ranks" in wildcards.keys() else count + 1
+def get_priority(wildcards, input, attempt):
+    """A job's place in the queue: a training's launch order (GRID.priorities); in a packed allocation
+    the widest steps first, the longest estimate first among a width, the microbenchmark first."""
+    bench = "ranks" not in wildcards.keys()
     if not packed():
-        return order if "ranks" in wildcards.keys() else 0
-    return launcher.step_priority(get_step_nodes(wildcards), order, count)
+        return 0 if bench else GRID.priorities[grid_path(wildcards)]
+    if bench:
+        return launcher.step_priority(get_step_nodes(wildcards), float("inf"))
+    paths = RunPaths(grid_path(wildcards))
+    row, data = GRID.rows[paths.name], Path(input.data[0]).parent
+    seconds = walltime.expected_seconds(row, data, paths.checkpoint, *calibration())
+    return launcher.step_priority(get_step_nodes(wildcards), seconds)
 
 
 def get_step(wildcards, input, attempt):

@@ -79,12 +79,12 @@ def step_options(nodes: int, minutes: int, name: str, whole: bool) -> str:
     return f"--nodes={nodes} {'--whole' if whole else '--exact'} --time={minutes} --job-name={shlex.quote(name)}"
 
 
-def step_priority(nodes: int, order: int, count: int) -> int:
-    """A job's priority in a packed allocation (Snakemake starts the highest first): the widest steps
-    first, in launch order within a width (`order` 1..count, the microbenchmark count + 1). The
-    narrower steps then fill the nodes beside the wide ones; wide steps left to the end would run
-    one at a time with nodes idle beside them."""
-    return nodes * (count + 2) + order
+def step_priority(nodes: int, seconds: float) -> float:
+    """A job's priority in a packed allocation, whose Snakemake starts the highest that fits first
+    (its greedy scheduler): the widest steps first, the longest estimate first among one width (the
+    microbenchmark, seconds inf, first of all). The narrower steps then fill the nodes beside the
+    wide ones, and no long run is left to the end with the other nodes idle."""
+    return nodes * 1e9 + min(seconds, 1e9 - 1)
 
 
 def allocation_node_cpus(cpus_per_node: str | None = None) -> int:

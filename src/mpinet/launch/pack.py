@@ -95,7 +95,10 @@ def sbatch_command(args: list[str], size: Size, shared: bool, where: tuple, stud
     nodes, limit, cores = size
     mode = "shared-node" if shared else "exclusive-node"
     inner = f"{PACK_ENV}={mode} {batch.snakemake_line([*args, *batch.INSIDE])} --cores {cores}"
-    inner += f" --resources train_slots={nodes}"
+    # greedy: the highest priority that fits first, then the next (the widest steps first, launcher.
+    # step_priority); the ILP scheduler maximizes the chosen jobs' summed priority, which several
+    # narrow steps outweigh one wide one, so wide steps were left to run one at a time at the end
+    inner += f" --resources train_slots={nodes} --scheduler greedy"
     slurm = [f"--nodes={nodes}", f"--time={limit}"]
     return batch.sbatch_command(inner, slurm, (LOG_FILE, EXIT_FILE), ("mpinet-pack", f"pack_{study}"), where)
 

@@ -108,6 +108,13 @@ def request(row: dict, data_dir: Path, checkpoint: Path | None, runs, link, atte
     return estimate(row, data_shape(data_dir, row), checkpoint, runs, link).minutes(attempt)
 
 
+def expected_seconds(row: dict, data_dir: Path, checkpoint: Path | None, runs, link) -> float:
+    """What one experiment's best estimate expects it to take, without request's safety factor: the
+    order a packed allocation starts its steps of one width in (longest first)."""
+    e = estimate(row, data_shape(data_dir, row), checkpoint, runs, link)
+    return e.epoch_s * e.epochs
+
+
 def data_shape(data_dir: Path, row: dict) -> dict:
     """The sizes the estimate needs, from a prepared dataset's arrays (read as memory maps)."""
     from mpinet.engine.options import data_ranks
