@@ -126,8 +126,8 @@ def markdown(report: dict) -> str:
             "|" + "---|" * len(head),
             "| " + " | ".join(cells) + " |",
             f"\nMeasured by `benchmarks/auto.py` ({a['ranks']} ranks, {a['batch']} a rank, {a['steps']} steps and "
-            f"{a['epochs']} timed epochs a launch, Intel-shaped float32) on {m['machine']}, commit "
-            f"{m['commit'][:10]}, {m['date']}; raw epoch times in docs/data/auto.json.",
+            f"{a['epochs']} timed epochs a launch, Intel-shaped float32) on {' '.join(m['machine'].split())}, "
+            f"commit {m['commit'][:10]}, {m['date']}; raw epoch times in {a['out']}; about half a minute.",
         ]
     )
 

@@ -355,7 +355,7 @@ def _launch(design: str, epochs_s: list, trials=None, weights="w") -> dict:
 
 def test_auto_s_verdict_charges_the_trials_over_the_epochs_and_reads_the_chosen_design_s_interval():
     auto = _benchmark("auto")
-    args = {"epochs": 4, "ranks": 2, "batch": 32, "steps": 16}
+    args = {"epochs": 4, "ranks": 2, "batch": 32, "steps": 16, "out": "auto.json"}
     times = [1.0, 1.02, 0.98, 1.01]
     chosen = [_launch("node", times) for _ in range(5)]
     runs = [_launch("node", times, trials=2.5)] + [_launch("node", times) for _ in range(4)]
