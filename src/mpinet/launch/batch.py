@@ -31,7 +31,7 @@ GIVE_UP_S = 600
 # an allocation's time beyond its trainings' estimates: Snakemake's start in it and the microbenchmark
 EXTRA_MINUTES = 5
 # what runs inside the allocation: the trainings and the microbenchmark of its nodes' link (rule
-# names of workflow/rules/train.smk; tests/test_cluster.py checks they exist), nothing after them
+# names of workflow/rules/train.smk; tests/test_pack.py checks they exist), nothing after them
 ALLOCATION_RULES = ("train_single", "train_mpi", "commbench")
 # inside the job: a killed job's half-written outputs are redone, one failed experiment stops no other
 INSIDE = ["--rerun-incomplete", "--keep-going", "--until", *ALLOCATION_RULES]
@@ -113,7 +113,9 @@ def wait(job: str, prog: str, files: tuple[str, str], what: str, poll_s=POLL_S, 
             state = now
         time.sleep(poll_s)
     if log.exists():
-        print(log.read_text()[-3000:], end="")
+        text = log.read_text()
+        tail = text[-3000:] if len(text) <= 3000 else text[-3000:].partition("\n")[2]  # from a line's start
+        print(tail, end="")
     code = exit_file.read_text().strip() if exit_file.exists() else ""
     if code != "0":
         why = f"Snakemake exited with {code}" if code else "ended before Snakemake did (cancelled, time limit, node)"
