@@ -86,6 +86,14 @@ def test_seeds_are_summarized_with_mean_and_spread(epochs):
     assert ar["final_test_accuracy_mean"] == pytest.approx(0.915)
 
 
+def test_seeds_placed_on_one_node_and_on_two_are_never_pooled(epochs):
+    runs = summarize_runs(epochs, 0.9)
+    runs.loc[runs.index[(runs["algorithm"] == "allreduce") & (runs["seed"] == 2)], "nodes"] = 2
+    ar = summarize_seeds(runs).query("algorithm == 'allreduce'").set_index("nodes")
+    assert sorted(ar.index) == [1, 2] and (ar["seeds"] == 1).all()
+    assert ar.loc[2, "speedup_mean"] == pytest.approx(3.0) and ar.loc[1, "speedup_mean"] == pytest.approx(1.6)
+
+
 def test_runs_without_a_serial_baseline_have_no_speedup(epochs):
     runs = summarize_runs(epochs[epochs["algorithm"] != "serial"], 0.9)
     assert runs["speedup"].isna().all() and runs["efficiency"].isna().all()

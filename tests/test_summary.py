@@ -27,3 +27,14 @@ def test_the_summary_shows_missing_values_as_a_dash_and_the_global_batch_of_a_fi
 def test_a_study_without_a_fixed_global_batch_has_no_global_batch_column(tmp_path):
     head, *_ = _summary(tmp_path, _run("serial", 1, 4, 2.0), _run("allreduce", 2, 4, 1.1))
     assert "global_batch" not in head and "base_us" in head
+
+
+def test_a_configuration_s_runs_on_one_node_and_on_two_are_two_rows(tmp_path):
+    two = [dict(r, nodes=2, seed=2, run_dir="two-nodes") for r in _run("allreduce", 2, 4, 1.5)]
+    one = [[dict(r, nodes=1) for r in run] for run in (_run("serial", 1, 4, 2.0), _run("allreduce", 2, 4, 1.1))]
+    head, *rows = _summary(tmp_path, *one, two)
+    assert "nodes" in head
+    allreduce = [dict(zip(head, r)) for r in rows if "allreduce" in r]
+    assert sorted(r["nodes"] for r in allreduce) == ["1", "2"] and all(r["launches"] == "1" for r in allreduce)
+    head, *_ = _summary(tmp_path, _run("serial", 1, 4, 2.0), _run("allreduce", 2, 4, 1.1))
+    assert "nodes" not in head  # one placement: no column

@@ -210,7 +210,9 @@ def _median_of(epochs: pd.DataFrame, column: str) -> float:
 def summarize_seeds(runs: pd.DataFrame, epochs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Mean and standard deviation over the seeds of each configuration; with the epochs, the 95 %
     intervals of each configuration over all its seeds' launches and epochs."""
-    keys = [c for c in PARAMS if c not in LAUNCH] + ["trained_as"]
+    # the hosts the runs ran on too: seeds placed on 1 and on 2 nodes are timed differently
+    keys = [c for c in PARAMS if c not in LAUNCH] + ["trained_as", "nodes"]
+    runs = runs.assign(nodes=runs["nodes"].fillna(1) if "nodes" in runs else 1)  # unrecorded: one node
     measures = [
         "final_test_accuracy",
         "best_test_accuracy",

@@ -28,7 +28,9 @@ def summary_table(runs_csv: str | Path) -> str:
     """Per dataset, design and ranks: final accuracy, median epoch time, the step times' tail (p95 ÷
     p50), speedup, time to target, and how many seeds reached the target."""
     runs = pd.read_csv(runs_csv)
-    g = runs.groupby(["dataset", *varying(runs), "algorithm", "ranks"], sort=True)
+    # placed on several hosts counts as a variant: a configuration's runs on 1 and on 2 nodes are two rows
+    placed = ["nodes"] if "nodes" in runs and runs["nodes"].nunique() > 1 else []
+    g = runs.groupby(["dataset", *varying(runs), *placed, "algorithm", "ranks"], sort=True)
     table = pd.DataFrame(
         {
             "launches": g.size(),
