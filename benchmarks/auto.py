@@ -59,10 +59,7 @@ def launch(data: Path, out: Path, design: str, a, cores: int) -> dict:
 
     import pandas as pd
 
-    args = ["--data", data, "--out", out, "--algorithm", design, "--expect-ranks", a.ranks, "--batch-size", a.batch]
-    args += ["--hidden", *a.hidden, "--epochs", a.epochs + 1, "--learning-rate", 0.01, "--dtype", "float32"]
-    args += ["--standardize", "false", "--shuffle", "batches", "--seed", 1]
-    cmd = [*node.launcher(a.ranks, cores), "-m", "mpinet.train", *map(str, args)]
+    cmd = [*node.train_argv(data, out, design, a.ranks, a.batch, a, cores), "--seed", "1"]  # the node cells' runs
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"{design} failed ({done.returncode}):\n{done.stderr[-3000:]}")

@@ -132,8 +132,7 @@ def prepare(args: list[str], table, prog: str) -> int:
     print(f"{prog}: the data first, here (its size sizes the time limit)", flush=True)
     Path("logs/slurm").mkdir(parents=True, exist_ok=True)
     # the targets first: --configfile (in args) takes every value that follows it
-    cmd = [sys.executable, "-m", "snakemake", *targets, *args, "--cores", "2", "--quiet", "rules"]
-    return subprocess.run(cmd).returncode
+    return subprocess.run(snakemake_here([*targets, *args])).returncode
 
 
 def finish_here(args: list[str], table, study: str, prog: str) -> int:
@@ -145,8 +144,12 @@ def finish_here(args: list[str], table, study: str, prog: str) -> int:
         print(f"{prog}: error: {why}", file=sys.stderr)
         return 1
     print(f"{prog}: the tables and plots, here (the allocation has ended)", flush=True)
-    cmd = [sys.executable, "-m", "snakemake", *args, "--cores", "2", "--quiet", "rules"]
-    return subprocess.run(cmd).returncode
+    return subprocess.run(snakemake_here(args)).returncode
+
+
+def snakemake_here(args: list[str]) -> list[str]:
+    """This Python's Snakemake on this (login) node, as prepare and finish_here run it."""
+    return [sys.executable, "-m", "snakemake", *args, "--cores", "2", "--quiet", "rules"]
 
 
 def experiment_name(row: dict) -> str:
