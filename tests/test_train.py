@@ -19,6 +19,8 @@ from mpinet.engine.mpilib import library
 from mpinet.engine.options import Options, check_options
 from mpinet.launch.launcher import mpiexec_argv
 
+pytestmark = pytest.mark.each_mpi  # the engine's MPI calls: their tests run under every MPI make test builds
+
 F64 = ("--dtype", "float64")
 
 

@@ -15,10 +15,20 @@ import pandas as pd
 from mpinet import MpinetError
 from mpinet.analysis.costmodel import fit_link
 
+REPEATS = 20  # timings a size's median is taken of, up to BYTES_PER_SIZE moved
+MIN_REPEATS = 5
+BYTES_PER_SIZE = 64 << 20  # past it the large messages' copies took most of a small study's time
 
-def bench(comm, max_bytes: int, repeats: int = 20) -> pd.DataFrame:
+
+def repeats_at(size: int) -> int:
+    """Timings of one message size: REPEATS up to BYTES_PER_SIZE moved, fewer for the largest sizes
+    (at least MIN_REPEATS): their time is bandwidth, as steady a median of 5 as of 20."""
+    return max(MIN_REPEATS, min(REPEATS, BYTES_PER_SIZE // size))
+
+
+def bench(comm, max_bytes: int) -> pd.DataFrame:
     """Ping-pong between the first and the last rank (one-way seconds = half the round trip, median
-    of `repeats`) for message sizes from 8 bytes up to max_bytes, and, on the first k ranks at each
+    of repeats_at(size)) for message sizes from 8 bytes up to max_bytes, and, on the first k ranks at each
     of rank_counts at once, an MPI_Allreduce and a copy of that many bytes (the same ping-pong beside
     each). The last rank, not rank 1: srun places ranks block-wise, so on several nodes the first
     and the last are on different nodes and the ping-pong measures the link between nodes. The
@@ -32,6 +42,7 @@ def bench(comm, max_bytes: int, repeats: int = 20) -> pd.DataFrame:
     rows = []
     for size in sorted(set(sizes)):
         buf, copy = np.zeros(size // 8, dtype=np.float64), np.ones(size // 8, dtype=np.float64)
+        repeats = repeats_at(size)
         ping = _median(comm, repeats, partial(_ping_pong, comm, buf)) / 2  # one way: half the round trip
         for k, sub in subs.items():
             inside = sub != MPI.COMM_NULL

@@ -31,6 +31,8 @@ import ast
 import hashlib
 import json
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from functools import cache
@@ -173,20 +175,28 @@ def _imports(source: str, importer: str, root: Path) -> frozenset[str]:
     """Package modules a source imports anywhere in it (a function's lazy import included), with the
     packages their import runs (`mpinet.x.y` runs mpinet and mpinet.x first)."""
     found = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node, importer)
-            # `from mpinet import x`: x is a module, or a name of mpinet/__init__.py
-            names = [base] + [f"{base}.{a.name}" for a in node.names]
-        else:
-            continue
-        for name in names:
-            if name and (name == ROOT_NAME or name.startswith(ROOT_NAME + ".")) and _is_module(name, root):
-                parts = name.split(".")
-                found.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    for name in _imported_names(source, importer).split():
+        if (name == ROOT_NAME or name.startswith(ROOT_NAME + ".")) and _is_module(name, root):
+            parts = name.split(".")
+            found.update(".".join(parts[: i + 1]) for i in range(len(parts)))
     return frozenset(found)
+
+
+def _imported_names(source: str, importer: str) -> str:
+    """Every absolute name the source's import statements name (`from a import b`: a and a.b), one
+    a line; kept on disk by the source's text (_on_disk)."""
+
+    def parse() -> str:
+        names = []
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _absolute(node, importer)
+                names += [base] + [f"{base}.{a.name}" for a in node.names]
+        return "\n".join(n for n in names if n)
+
+    return _on_disk("imports", f"{importer}\0{source}", parse)
 
 
 def _absolute(node: ast.ImportFrom, importer: str) -> str:
@@ -209,6 +219,10 @@ def code_shape(source: str) -> str:
     """Python source as its syntax tree without docstrings, help texts (`help=` arguments) and the
     `__version__` assignment: equal for sources that differ only in those, comments, blank lines
     and layout."""
+    return _on_disk("shapes", source, lambda: _shape(source))
+
+
+def _shape(source: str) -> str:
     tree = ast.parse(source)
     tree.body = [s for s in tree.body if not _is_version(s)]
     for node in ast.walk(tree):
@@ -233,3 +247,30 @@ def _is_version(statement: ast.stmt) -> bool:
     return isinstance(statement, ast.Assign) and any(
         isinstance(t, ast.Name) and t.id == "__version__" for t in statement.targets
     )
+
+
+def _on_disk(kind: str, text: str, compute: Callable[[], str]) -> str:
+    """compute(), a pure function of `text`, kept in the user's cache directory: every training run
+    and every Snakemake start fingerprints the engine, and parsing its modules again each time cost
+    more than a short run's training. The key is the text, this module's own source and the
+    Python version (ast.dump's output is Python's), so an edit of either computes afresh; a cache
+    that cannot be read or written is computed around."""
+    key = hashlib.sha256(f"{_SELF}\0{sys.version}\0{text}".encode()).hexdigest()
+    path = _CACHE / kind / key
+    try:
+        return path.read_text()
+    except OSError:
+        pass
+    value = compute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f".{key}.{os.getpid()}")
+        part.write_text(value)
+        os.replace(part, path)  # whole or absent, for the ranks and jobs that start at once
+    except OSError:
+        pass
+    return value
+
+
+_SELF = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mpinet" / "code"
