@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.study.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test-local test-cluster study-config tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-auto benchmark-nodes install-profile clean help
+.PHONY: test-local test-cluster setup-openmpi study-config tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-auto benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
@@ -148,9 +148,13 @@ test-local: setup
 	$(MAKE) --no-print-directory test-mpi MPI=openmpi
 
 # make test's SLURM tests on the local cluster: test_slurm.py (partition debug) beside
-# test_slurm_nodes.py and test_slurm_pack.py (partition nodes); the cluster's restart comes after
-test-cluster: setup
+# test_slurm_nodes.py and test_slurm_pack.py (partition nodes); the cluster's restart comes after.
+# .venv-openmpi first: one of them runs a study from it under srun --mpi=pmix
+test-cluster: setup setup-openmpi
 	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadfile --durations=8
+
+setup-openmpi:
+	$(MAKE) --no-print-directory setup MPI=openmpi
 
 # the release tag the deployment instructions pin (docs/deploy.md); a repository may land without tags
 tag:
