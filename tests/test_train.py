@@ -19,8 +19,6 @@ from mpinet.engine.mpilib import library
 from mpinet.engine.options import Options, check_options
 from mpinet.launch.launcher import mpiexec_argv
 
-pytestmark = pytest.mark.each_mpi  # the engine's MPI calls: their tests run under every MPI make test builds
-
 F64 = ("--dtype", "float64")
 
 
@@ -87,6 +85,7 @@ def test_run_json_says_whether_the_update_was_fused(small_dataset, tmp_path, ext
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi  # each design's exchange, an abort and a signal under every MPI make test builds
 @pytest.mark.parametrize("ranks,shuffle", [(2, "samples"), (3, "samples"), (3, "batches")])
 def test_allreduce_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffle):
     data = write_dataset(tmp_path / "d", n_train=61, n_test=10)  # 61: the last global batch is partial
@@ -101,6 +100,7 @@ def test_allreduce_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffl
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi
 @pytest.mark.parametrize(
     "ranks,shuffle,extra",
     [(2, "batches", ()), (3, "samples", ()), (2, "samples", ("--faithful", "true", "--learning-rate", 0.001))],
@@ -116,6 +116,7 @@ def test_allgather_matches_serial_with_p_times_the_batch(tmp_path, ranks, shuffl
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi
 @pytest.mark.parametrize(
     "ranks,shuffle,extra",
     [
@@ -137,6 +138,7 @@ def test_sharded_first_layer_matches_serial_with_p_times_the_batch(tmp_path, ran
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi
 @pytest.mark.parametrize(
     "ranks,shuffle,extra",
     [
@@ -244,6 +246,7 @@ sys.exit(cli.main(sys.argv[1:]))
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi
 @pytest.mark.parametrize(
     "ranks,node_of",
     [(4, "self._comm.Get_rank() // 2"), (5, "self._comm.Get_rank() % 2")],  # blocks; interleaved, 3 and 2
@@ -321,6 +324,7 @@ def weights_after_zero_epochs(data, tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi
 def test_paramserver_with_p_workers_matches_allreduce_on_p_ranks(tmp_path):
     data = write_dataset(tmp_path / "d", n_train=50, n_test=10)
     run_train(2, *_args(data, tmp_path / "a", "--algorithm", "allreduce"))
@@ -357,6 +361,7 @@ def test_same_seed_gives_bit_identical_results(tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi
 def test_wrong_rank_count_fails_fast(small_dataset, tmp_path):
     p = run_train(  # a job that waited for a third rank would hang: run_train's timeout fails the test
         2, *_args(small_dataset, tmp_path / "o", "--algorithm", "allreduce", "--expect-ranks", 3), check=False
@@ -367,6 +372,7 @@ def test_wrong_rank_count_fails_fast(small_dataset, tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi
 def test_paramserver_on_one_rank_is_a_clear_error(small_dataset, tmp_path):
     p = run_train(1, *_args(small_dataset, tmp_path / "o", "--algorithm", "paramserver"), check=False)
     assert p.returncode == 1
@@ -374,6 +380,7 @@ def test_paramserver_on_one_rank_is_a_clear_error(small_dataset, tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi
 @pytest.mark.timeout(120)
 def test_a_rank_that_raises_ends_the_job_instead_of_hanging(small_dataset, tmp_path):
     # rank 1 gets a dataset whose labels are corrupt; rank 0 would wait for it in Allreduce for ever
@@ -399,6 +406,7 @@ def test_a_rank_that_raises_ends_the_job_instead_of_hanging(small_dataset, tmp_p
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi
 @pytest.mark.timeout(120)
 def test_a_killed_rank_ends_the_job(tmp_path):
     data = write_dataset(tmp_path / "d", n_train=2000, n_test=100, dim=50)
@@ -507,6 +515,7 @@ def test_help_describes_every_option_and_names_every_design():
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi
 @pytest.mark.timeout(300)
 def test_sigterm_then_rerun_resumes_to_the_uninterrupted_result(tmp_path):
     data = write_dataset(tmp_path / "d", n_train=3000, n_test=100, dim=200)
@@ -697,6 +706,7 @@ sys.exit(cli.main(sys.argv[1:]))
 
 
 @pytest.mark.mpi
+@pytest.mark.each_mpi
 @pytest.mark.parametrize(
     "ranks,groups,extra",
     [
