@@ -33,7 +33,7 @@ help:
 	@echo "make check            the study's references: (CONFIG): exit 1 when a measured interval lies outside its band, 0 when it has none"
 	@echo "make squeue           your queued and running SLURM jobs, each with the experiment it trains"
 	@echo "make report           (re)build results/<study>/report.html from what has run"
-	@echo "make test             set up .venv, then ruff, snakefmt, snakemake --lint and the whole pytest suite"
+	@echo "make test             set up .venv, the linters, the unit tests, then the MPI/workflow, SLURM and site-MPI tests at once (docs/development.md)"
 	@echo "make test-fast        the unit tests alone (no MPI launcher, Snakemake run, cluster or compiler; about a minute)"
 	@echo "make numerics-lock    after an engine change: train the guard runs and map the code to its numbers' fingerprint"
 	@echo "make data-lock        after a data code change: fetch and prepare the guard sources and map the code to their fingerprint"
@@ -44,7 +44,7 @@ help:
 	@echo "make benchmark-auto   auto's launches of one experiment: one design, the same weights, its time within the design's plus the trials"
 	@echo "make benchmark-nodes  on a SLURM cluster with 2 free nodes: a 2-rank run on one node against two"
 	@echo "make install-profile  link profiles/slurm to ~/.config/snakemake/slurm (then: snakemake --profile slurm)"
-	@echo "make test-mpi         the engine's MPI tests and a small workflow run under MPI=$(MPI) (make test runs openmpi)"
+	@echo "make test-mpi         the tests marked each_mpi (each design's exchange, an abort, a signal, a small workflow) under MPI=$(MPI) (make test runs openmpi)"
 	@echo "make tag              tag this checkout v<version> (the tag the deployment instructions pin)"
 	@echo "make clean            remove results/, resources/ and logs/ (keeps .venv)"
 

@@ -2,7 +2,7 @@
 partition `nodes` of three network namespaces with their own hostname, address and slurmd, beside
 localhost in `debug`), driven through the profile with `slurm_partition: nodes`.
 
-`make test` starts these beside tests/test_slurm.py (pytest-xdist, one worker per file), so they
+`make test` starts these beside tests/test_slurm.py (pytest-xdist, two workers, a file on one), so they
 need the cluster in that mode already (CI starts it so); run alone, the module switches the cluster
 to it and back. Its last test (marker restarts_cluster, run after all others) stops the cluster,
 checks nothing is left, and starts it again.

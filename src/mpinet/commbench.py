@@ -17,7 +17,7 @@ from mpinet.analysis.costmodel import fit_link
 
 REPEATS = 20  # timings a size's median is taken of, up to BYTES_PER_SIZE moved
 MIN_REPEATS = 5
-BYTES_PER_SIZE = 64 << 20  # past it the large messages' copies took most of a small study's time
+BYTES_PER_SIZE = 64 << 20  # at 20 timings each, the messages past 2 MiB took most of the benchmark's time
 
 
 def repeats_at(size: int) -> int:
