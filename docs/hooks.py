@@ -177,7 +177,7 @@ def _stage(command: str) -> str:
     """A pytest stage's name: the markers it selects, as its -m expression says them without the
     ones it leaves out (`unit` when it only leaves out)."""
     m = re.search(r'-m (?:"([^"]+)"|(\S+))', command)
-    selected = re.sub(r"(?:\band )?\bnot \w+|^\s*and\b", "", m[1] or m[2]).strip()
+    selected = re.sub(r"(?:\band )?\bnot \w+", "", m[1] or m[2]).strip()
     selected = re.sub(r"^and\s+|^\((.*)\)$", r"\1", selected).strip()
     return selected or "unit"
 

@@ -258,7 +258,8 @@ def _loss_and_accuracy(axes, part: pd.DataFrame, title: str, **style) -> None:
     min to max, never a band beyond what any seed reached."""
     # the seeds' mean, min and max per curve and epoch in one vectorized groupby: seaborn's own
     # aggregation applies a Python function per epoch and curve (most of a 100-epoch study's plotting)
-    keys = [k for k in (style.get("hue"), style.get("style")) if k]
+    # (every caller gives a hue and its palette; the style column, when given, splits a hue's curves)
+    keys = [k for k in (style["hue"], style.get("style")) if k]
     for ax, y, label in (
         (axes[0], "train_loss", "training loss (mean per sample)"),
         (axes[1], "test_accuracy", "test accuracy"),
@@ -266,11 +267,9 @@ def _loss_and_accuracy(axes, part: pd.DataFrame, title: str, **style) -> None:
         # sort=False: the curves in the order they first appear, as seaborn's legend would list them
         band = part.groupby([*keys, "epoch"], sort=False, observed=True)[y].agg(["mean", "min", "max"]).reset_index()
         sns.lineplot(data=band.rename(columns={"mean": y}), x="epoch", y=y, estimator=None, ax=ax, **style)
-        colors = style.get("palette") or {}
-        for key, curve in band.groupby(keys, sort=False) if keys else [((), band)]:
-            hue = key[0] if isinstance(key, tuple) and key else key
-            color = colors.get(hue, "C0") if isinstance(colors, dict) else "C0"
+        for key, curve in band.groupby(keys, sort=False):
             curve = curve.sort_values("epoch")
+            color = style["palette"][key[0]]
             ax.fill_between(curve["epoch"], curve["min"], curve["max"], color=color, alpha=0.2, linewidth=0)
         ax.set_xlabel("epoch")
         whole_epochs(ax)
