@@ -22,9 +22,10 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 
-# The files that take longest start first (make test runs files two at a time, pytest-xdist's
-# --dist loadfile, in collection order): neither worker is then left running one alone at the end.
-# Only the order of whole files changes; within a file, tests keep theirs.
+# The files that take longest start first where a run keeps the collection order (make test-local:
+# pytest-xdist's --dist loadfile with --no-loadscope-reorder, two files at a time; by default xdist
+# starts the files with the most tests first), so the short files fill the end rather than a long
+# one running alone. Only the order of whole files changes; within a file, tests keep theirs.
 SLOW_FIRST = ("test_workflow.py", "test_workflow_paths.py", "test_upgrade.py", "test_deploy.py")
 
 
