@@ -19,7 +19,7 @@ from mpinet.analysis.style import (
     labelled,
     ranks_text,
     subplots,
-    variant_name,
+    variant_names,
 )
 from mpinet.study.experiments import variant_values, varying
 
@@ -118,7 +118,7 @@ def _global_panel(ax, fixed: pd.DataFrame) -> None:
     rank aside) and global batch that was run on more than one rank count."""
     others = [c for c in varying(fixed) if c != "batch_size"]
     values = pd.DataFrame({c: variant_values(fixed, c) for c in others}, index=fixed.index)
-    named = values.apply(variant_name, axis=1) if others else pd.Series("", index=fixed.index)
+    named = variant_names(values) if others else pd.Series("", index=fixed.index)
     glob = "global batch " + fixed["global_batch"].astype(int).astype(str)
     fixed = fixed.assign(
         variant=(named + ", ").where(named != "", "") + glob,
