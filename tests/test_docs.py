@@ -225,13 +225,18 @@ def _makefile_recipe(target: str) -> list[str]:
     return [line.strip() for line in body.splitlines() if not line.strip().startswith("@#")]
 
 
-def _pytest_lines(target: str) -> list[str]:
-    """The pytest commands `make target` runs, in order: its own and those of the targets its
-    `$(MAKE) a b` lines run (the stage table's rows after lint)."""
+def _stage_lines(target: str) -> list[str]:
+    """The stages `make target` runs, in order: its own pytest commands and those of the targets
+    its `$(MAKE) a b` lines run; a target without pytest (lint, a set-up) is its recipe, joined."""
     lines = []
     for line in _makefile_recipe(target):
         sub = re.match(r"\$\(MAKE\)(?: --?[\w-]+)*((?: [\w-]+)+?)(?: \w+=\S+)*$", line)
-        lines += [x for t in sub[1].split() for x in _pytest_lines(t)] if sub else [line]
+        if not sub:
+            lines.append(line)
+        for t in sub[1].split() if sub else ():
+            recipe = _makefile_recipe(t)
+            pytest_free = not any(x.startswith("pytest") or re.search(r"\btest-\w+", x) for x in recipe)
+            lines += ["; ".join(recipe)] if pytest_free else _stage_lines(t)
     return lines
 
 
@@ -242,12 +247,13 @@ def test_the_development_page_s_stage_table_is_the_makefile_s_test_recipe_withou
     page = (DOCS / "development.md").read_text()
     assert "<!-- test-stages -->" in page and "| minutes |" not in page
     stages = hooks.make_test_stages()
-    recipe = _pytest_lines("test")
-    assert len(stages) == 1 + len(recipe)  # lint, then one stage a pytest command
-    assert stages[0][1].split("; ") == [line.replace("$$", "$") for line in _makefile_recipe("lint")]
+    recipe = _stage_lines("test")
+    assert len(stages) == len(recipe)  # one stage a pytest command, the linters one
+    lint = next(command for name, command, _ in stages if name.startswith("lint"))
+    assert lint.split("; ") == [line.replace("$$", "$") for line in _makefile_recipe("lint")]
     unit = re.search(r"^UNIT := (.*)$", (REPO / "Makefile").read_text(), re.M)[1]
-    for (_, command, _), line in zip(stages[1:], recipe, strict=True):
-        assert command == line.replace("$(UNIT)", unit)
+    for (_, command, _), line in zip(stages, recipe, strict=True):
+        assert command == line.replace("$(UNIT)", unit).replace("$$", "$")
     assert sum("beside" in name for name, _, _ in stages) >= 2  # the lines make runs at once say so
     table = hooks.make_test_table()
     assert table.count("\n") == 2 + len(stages) and not re.search(r"minute|seconds|\btests\b", table)
