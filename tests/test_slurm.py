@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import REPO, env, paced
-from test_workflow import SNAKEMAKE, copy_env, copy_repo, planned, write_config
+from test_workflow import NO_FIGURES, SNAKEMAKE, copy_env, copy_repo, planned, write_config
 
 from mpinet.analysis.figures import NAMES
 
@@ -399,14 +399,14 @@ def _act_when(wd, ready, action, args=(), polling=FAST_POLLING, wait=300, delay=
     return out, proc.returncode, acted
 
 
-def _interrupt_after_first_checkpoint(wd, action, polling=(), delay=0.0):
+def _interrupt_after_first_checkpoint(wd, action, args=(), polling=(), delay=0.0):
     """_act_when a checkpoint exists."""
 
     def checkpointed():
         """a checkpoint"""
         return bool(list((wd / "results/checkpoints").rglob("checkpoint.npz")))
 
-    return _act_when(wd, checkpointed, action, polling=polling, delay=delay)
+    return _act_when(wd, checkpointed, action, args, polling=polling, delay=delay)
 
 
 LONG = {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "hidden": [8], "dtype": "float64", "seed": 3}
@@ -438,8 +438,9 @@ def test_a_cancelled_allocation_loses_no_finished_member_and_its_retry_resumes_t
         subprocess.run(["scancel", job], check=True)
         return datetime.now().astimezone()
 
+    # the runs are what a cancel may lose: no figures (they would only be drawn after the retry)
     out, returncode, cancelled_at = _act_when(
-        wd, third_started, cancel, ("--latency-wait", "10"), wait=400, delay=STEP_DELAY
+        wd, third_started, cancel, ("--latency-wait", "10", *NO_FIGURES), wait=400, delay=STEP_DELAY
     )
     assert returncode == 0, out[-3000:]
     pools = _pools(sacct_jobs(wd, since))

@@ -35,7 +35,7 @@ from test_slurm import (
     wait_for_cluster,
 )
 from test_slurm import LONG as SINGLE_NODE_LONG
-from test_workflow import SNAKEMAKE, copy_env, copy_repo, planned, write_config
+from test_workflow import NO_FIGURES, SNAKEMAKE, copy_env, copy_repo, planned, write_config
 
 from mpinet.commbench import rank_counts
 
@@ -93,7 +93,7 @@ def spread_run(tmp_path_factory):
     wd = copy_for_nodes(tmp_path_factory.mktemp("nodes"))
     write_config(wd, {"datasets": DATASETS, "experiments": SPREAD})
     since = _since()
-    on_slurm(wd)
+    on_slurm(wd, *NO_FIGURES)  # the runs, the microbenchmark and runs.csv are what these tests read
     local = copy_repo(tmp_path_factory.mktemp("local"))
     write_config(local, {"datasets": DATASETS, "experiments": SPREAD})
     # those runs alone (their weights are compared): no microbenchmark, tables or figures
@@ -200,7 +200,7 @@ def test_a_node_losing_its_ranks_ends_the_job_and_the_retry_resumes_bit_identica
     # latency-wait 10: a failed pool's retry waits that long for the logs of members that never started
     polling = [*FAST_POLLING, "--latency-wait", "10"]
     out, returncode, (node, killed) = _interrupt_after_first_checkpoint(
-        wd, _kill_ranks_on_one_node, polling, delay=STEP_DELAY
+        wd, _kill_ranks_on_one_node, NO_FIGURES, polling, delay=STEP_DELAY
     )
     assert returncode == 0, out[-3000:]
     jobs = sacct_jobs(wd, since)
@@ -253,7 +253,7 @@ def test_a_job_past_its_time_limit_is_retried_and_resumed(tmp_path):
         """SLURM ended the first attempt at its time limit"""
         return "TIMEOUT" in set(_training_job(wd, since)["state"])
 
-    args = (*limit, "--latency-wait", "10")
+    args = (*limit, "--latency-wait", "10", *NO_FIGURES)
     out, returncode, _ = _act_when(wd, timed_out, lambda job: None, args, wait=400, delay=STEP_DELAY)
     assert returncode == 0, out[-3000:]
     jobs = _training_job(wd, since)

@@ -23,7 +23,7 @@ import tarfile
 
 import pytest
 from conftest import REPO
-from test_workflow import TINY, copy_env, planned, snakemake, write_config
+from test_workflow import RUNS_ONLY, TINY, copy_env, planned, snakemake, write_config
 
 from mpinet.layout import RECORD_FILE, RUNS_ROOT
 
@@ -79,7 +79,7 @@ def test_upgrading_reruns_data_and_training_only_across_a_change_to_what_they_co
     config["experiments"] = [iris, {**images, "ranks": 1, "algorithm": "serial"}, local]
     write_config(wd, config)
     assert copy_env(wd)["PYTHONPATH"] == str(wd / "src")  # the release's own package runs it
-    snakemake(wd)
+    snakemake(wd, *RUNS_ONLY)  # the release's runs: what an upgrade may not redo
     trained = len(list((wd / RUNS_ROOT).rglob(RECORD_FILE)))
     on_local = len(list((wd / RUNS_ROOT / "local").rglob(RECORD_FILE)))
     assert trained >= 4 and on_local == 3

@@ -41,6 +41,10 @@ TINY = {
 
 
 EPOCHS_PACED = 120  # of Iris on 2 ranks, batch 4: 14 steps an epoch
+# Snakemake's own --omit-from, for tests of what no figure shows (the figures' tests draw them): a
+# study's runs and tables without its figures, or its runs alone (no microbenchmark, no tables)
+NO_FIGURES = ("--omit-from", "plots")
+RUNS_ONLY = ("--omit-from", "commbench", "plots")
 
 
 def copy_repo(dest: Path) -> Path:
@@ -75,9 +79,9 @@ def snakemake(wd: Path, *args, check=True, timeout=600) -> subprocess.CompletedP
     return p
 
 
-def planned(wd: Path) -> dict[str, int]:
+def planned(wd: Path, *args) -> dict[str, int]:
     """Jobs a dry run would execute, by rule (empty when there is nothing to do)."""
-    return jobs_of(snakemake(wd, "-n", "--quiet", "rules"))
+    return jobs_of(snakemake(wd, "-n", "--quiet", "rules", *args))
 
 
 def jobs_of(p: subprocess.CompletedProcess) -> dict[str, int]:

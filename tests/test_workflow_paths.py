@@ -16,7 +16,18 @@ import pandas as pd
 import pytest
 from conftest import env, paced
 from test_errors import data_refusal
-from test_workflow import EPOCHS_PACED, SNAKEMAKE, TINY, copy_env, copy_repo, planned, snakemake, write_config
+from test_workflow import (
+    EPOCHS_PACED,
+    NO_FIGURES,
+    RUNS_ONLY,
+    SNAKEMAKE,
+    TINY,
+    copy_env,
+    copy_repo,
+    planned,
+    snakemake,
+    write_config,
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -34,7 +45,7 @@ def test_interrupted_experiment_resumes_and_finished_ones_are_kept(tmp_path):
         ],
     }
     write_config(wd, cfg)
-    cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml", "--keep-going"]
+    cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "config/test.yaml", "--keep-going", *RUNS_ONLY]
     e = paced(copy_env(wd), 0.01)
     proc = subprocess.Popen(cmd, cwd=wd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e)
     # the Allreduce run's checkpoint: the serial run writes one too, for the moment before it ends
@@ -59,8 +70,9 @@ def test_interrupted_experiment_resumes_and_finished_ones_are_kept(tmp_path):
     assert ck.exists()
     serial_metrics = next((wd / "results/runs/iris/algorithm~serial").rglob("metrics.csv"))
     assert serial_metrics.exists()
-    assert planned(wd).get("train_mpi") == 1 and "train_single" not in planned(wd)
-    snakemake(wd, timeout=600)
+    jobs = planned(wd, *RUNS_ONLY)
+    assert jobs.get("train_mpi") == 1 and "train_single" not in jobs
+    snakemake(wd, *RUNS_ONLY, timeout=600)
     log = next((wd / "logs/train/iris/algorithm~allreduce").rglob("*.log")).read_text()
     assert "resuming from checkpoint" in log, log[:3000]
     assert not ck.exists()
@@ -129,20 +141,20 @@ def test_editing_a_folder_source_reruns_fetch_prepare_and_training(tmp_path, syn
         "experiments": [{"dataset": "photos", "algorithm": "serial", "batch_size": 8, "epochs": 2}],
     }
     write_config(wd, cfg)
-    snakemake(wd)
-    assert planned(wd) == {}
+    snakemake(wd, *RUNS_ONLY)
+    assert planned(wd, *RUNS_ONLY) == {}
     forest = folder / "seg_train" / "seg_train" / "forest"
     first = sorted(forest.glob("*.jpg"))[0]
     time.sleep(1.1)  # a new modification time on file systems with 1 s resolution
     first.write_bytes(sorted(forest.glob("*.jpg"))[1].read_bytes())  # overwritten with other pixels
-    jobs = planned(wd)
+    jobs = planned(wd, *RUNS_ONLY)
     assert jobs.get("fetch") == 1 and jobs.get("prepare") == 1 and jobs.get("train_single") == 1, jobs
-    snakemake(wd)
+    snakemake(wd, *RUNS_ONLY)
     (forest / "added.jpg").write_bytes(first.read_bytes())  # a file added
-    assert planned(wd).get("fetch") == 1
-    snakemake(wd)
+    assert planned(wd, *RUNS_ONLY).get("fetch") == 1
+    snakemake(wd, *RUNS_ONLY)
     (folder / "seg_train" / "seg_train" / ".DS_Store").write_bytes(b"\0")  # metadata is not data
-    assert planned(wd) == {}
+    assert planned(wd, *RUNS_ONLY) == {}
 
 
 def test_a_training_error_reaches_the_console_not_only_the_log(tmp_path):
@@ -177,7 +189,7 @@ def test_two_studies_keep_their_own_tables_and_share_their_runs(tmp_path):
     wd = copy_repo(tmp_path)
     write_config(wd, _iris(algorithm=["serial", "allreduce"], ranks=[1, 2]), name="alpha.yaml")
     write_config(wd, _iris(algorithm="serial", learning_rate=[0.3, 0.1]), name="beta.yaml")
-    run = [*SNAKEMAKE, "--cores", "2", "--configfile"]
+    run = [*SNAKEMAKE, "--cores", "2", *NO_FIGURES, "--configfile"]
     a = subprocess.run([*run, "config/alpha.yaml"], cwd=wd, capture_output=True, text=True, env=copy_env(wd))
     assert a.returncode == 0, a.stderr[-3000:]
     assert "Aggregating the metrics of 3 runs" in a.stdout + a.stderr  # a count, not every path
@@ -189,7 +201,7 @@ def test_two_studies_keep_their_own_tables_and_share_their_runs(tmp_path):
     assert len(re.findall(r"\(Rule: train_single\)", b.stdout + b.stderr)) == 1  # lr 0.3 came from alpha
     assert {p: p.stat().st_mtime_ns for p in (wd / "results/alpha").rglob("*") if p.is_file()} == alpha
     assert len(pd.read_csv(wd / "results/beta/metrics/runs.csv")) == 2
-    assert not (wd / "results/beta/plots/images").exists()  # the default config's datasets are not merged in
+    assert list(json.loads((wd / "results/beta/datasets.json").read_text())) == ["iris"]  # not the default's too
     for study in ("alpha", "beta"):
         dry = subprocess.run(
             [*run, f"config/{study}.yaml", "-n"], cwd=wd, capture_output=True, text=True, env=copy_env(wd)
@@ -204,7 +216,7 @@ def test_status_names_a_failed_experiment_and_leftovers_are_listed_then_removed(
     (wd / ".venv").symlink_to(Path(sys.executable).parents[1])  # make's targets use the test's venv
     cfg = _iris(algorithm="serial", learning_rate=[0.3, 1e300], loss="xent")
     write_config(wd, cfg)
-    p = snakemake(wd, "--keep-going", check=False)
+    p = snakemake(wd, "--keep-going", *RUNS_ONLY, check=False)
     assert p.returncode != 0
     # the failure listed by name at the end of the run, and by the status view
     failed = [x for x in p.stdout.splitlines() if x.startswith("failed: iris/") and "learning_rate~1e+300" in x]
@@ -221,7 +233,7 @@ def test_status_names_a_failed_experiment_and_leftovers_are_listed_then_removed(
     assert lines[-1] == "1 done, 1 failed of 2 experiments"
 
     write_config(wd, _iris(algorithm="serial", learning_rate=0.1))  # lr 0.3 is no longer in any study
-    snakemake(wd)
+    snakemake(wd, *RUNS_ONLY)
     left = subprocess.run(
         ["make", "-s", "leftovers", "CONFIG=config/test.yaml"], cwd=wd, capture_output=True, text=True, env=env()
     )
@@ -242,7 +254,7 @@ def test_status_names_a_failed_experiment_and_leftovers_are_listed_then_removed(
 def test_with_isolation_off_runs_are_recorded_shared_and_their_speedups_flagged(tmp_path):
     wd = copy_repo(tmp_path)
     write_config(wd, {**_iris(algorithm=["serial", "allreduce"], ranks=[1, 2]), "isolate_timing": False})
-    snakemake(wd)
+    snakemake(wd, *NO_FIGURES)
     for meta in (wd / "results/runs").rglob("run.json"):
         assert json.loads(meta.read_text())["timing"]["isolation"] == "shared"
     runs = pd.read_csv(wd / "results/test/metrics/runs.csv")
@@ -259,9 +271,10 @@ def test_leftovers_keep_every_recorded_study_and_stop_at_a_config_they_cannot_re
         return subprocess.run([*make, *extra], cwd=wd, capture_output=True, text=True, env=copy_env(wd))
 
     write_config(wd, _iris(algorithm="serial", learning_rate=0.2), name="b.yaml")
-    subprocess.run([*SNAKEMAKE, "--cores", "2", "--configfile", "config/b.yaml"], cwd=wd, check=True, env=copy_env(wd))
+    b = [*SNAKEMAKE, "--cores", "2", "--configfile", "config/b.yaml", *RUNS_ONLY]
+    subprocess.run(b, cwd=wd, check=True, env=copy_env(wd))
     write_config(wd, _iris(algorithm="serial", learning_rate=0.1))
-    snakemake(wd)
+    snakemake(wd, *RUNS_ONLY)
     b_run = next((wd / "results/runs").glob("iris/**/learning_rate~0.2/**/run.json")).parent
 
     # a typo in study b: one line naming the file, nothing listed or removed, b's run still there
@@ -278,7 +291,7 @@ def test_leftovers_keep_every_recorded_study_and_stop_at_a_config_they_cannot_re
 
     # study test drops lr 0.1: that run, and only it, is a leftover, removed with its size printed
     write_config(wd, _iris(algorithm="serial", learning_rate=0.05))
-    snakemake(wd)
+    snakemake(wd, *RUNS_ONLY)
     p = leftovers("REMOVE=1")
     removed = [x for x in p.stdout.splitlines() if x.startswith("removed: ")]
     assert len(removed) == 1 and "learning_rate~0.1/" in removed[0] and removed[0].endswith("KB)"), p.stdout
