@@ -34,7 +34,7 @@ SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
             lambda c: c["experiments"].append(
                 {**c["experiments"][0], "algorithm": "allreduce", "ranks": 2, "nodes": 2}
             ),
-            "is listed with nodes 2 and null",
+            "is listed with no nodes and nodes 2",
         ),
         (
             lambda c: c["datasets"]["images"].update(image_size=32.0),

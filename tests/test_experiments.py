@@ -130,7 +130,7 @@ def test_one_experiment_with_two_placements_is_refused_naming_both():
         {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "nodes": 2},
         {"dataset": "iris", "algorithm": ["allreduce", "paramserver"], "ranks": 2},
     ]
-    with pytest.raises(MpinetError, match=r"iris allreduce on 2 ranks \(seed 1\) is listed with nodes 2 and null"):
+    with pytest.raises(MpinetError, match=r"iris allreduce on 2 ranks \(seed 1\) is listed with no nodes and nodes 2"):
         expand_sweeps(sweeps, DATASETS)
     # the same placement twice is the same experiment, listed once
     assert len(expand_sweeps([sweeps[0], sweeps[0]], DATASETS)) == 1

@@ -138,10 +138,11 @@ def _check_one_placement(df: pd.DataFrame) -> None:
     if not clash.empty:
         row = clash.iloc[0]
         same = clash[(clash[key] == row[key]).all(axis=1)]
-        placements = " and ".join(sorted(str(n) if pd.notna(n) else "null" for n in same["nodes"]))
+        # an entry without nodes leaves the placement to SLURM: said so, not as YAML's null
+        placements = " and ".join(sorted(f"nodes {n:g}" if pd.notna(n) else "no nodes" for n in same["nodes"]))
         raise MpinetError(
             f"experiments: {row['dataset']} {row['algorithm']} on {row['ranks']} ranks (seed {row['seed']}) is "
-            f"listed with nodes {placements}; placement does not change the numbers and is not part of the "
+            f"listed with {placements}; placement does not change the numbers and is not part of the "
             "run's path, so both would share one run directory: give the experiment one nodes value"
         )
 
