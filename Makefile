@@ -19,34 +19,38 @@ export OMP_NUM_THREADS ?= 1
 .PHONY: test-local test-cluster test-site setup-openmpi study-config tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-auto benchmark-nodes install-profile clean help
 
 help:
-	@echo "make setup            create .venv from the pinned requirements (every other target does this first);"
-	@echo "                      MPI=openmpi|intel|site builds .venv-<MPI> with that MPI instead of MPICH"
-	@echo "make run              set up .venv, run the study in CONFIG=$(CONFIG) and build results/<study>/report.html"
-	@echo "make slurm-run        the same on a SLURM cluster (PROFILE=$(PROFILE)): experiments pooled into few SLURM jobs, then the report"
-	@echo "make slurm-pilot      the same in one allocation on one whole node (PARTITION=...): many small experiments"
-	@echo "make slurm-pack       the same in one allocation of NODES=N nodes (default: sized from the estimates; PARTITION=...),"
-	@echo "                      experiments side by side, each a job step on whole nodes of its own (SHARED=1: steps share nodes)"
-	@echo "make status           each experiment of the study (CONFIG), one short line: done, running, failed (with its error, a failed data preparation too) or missing"
-	@echo "make retime           train again the runs of the study (CONFIG) another engine timed, so every speedup divides one engine's times"
-	@echo "make leftovers        run directories no study in config/ lists any more (REMOVE=1 deletes them and their logs)"
-	@echo "make compare A=results/x B=results/y  B / A of epoch time and speedup per shared experiment, with a verdict"
-	@echo "make check            the study's references: (CONFIG): exit 1 when a measured interval lies outside its band, 0 when it has none"
-	@echo "make squeue           your queued and running SLURM jobs, each with the experiment it trains"
-	@echo "make report           (re)build results/<study>/report.html from what has run"
-	@echo "make test             set up .venv, the linters (beside .venv-openmpi's set-up), the unit tests, then the MPI/workflow, SLURM and site-MPI tests at once (docs/development.md)"
-	@echo "make test-fast        the unit tests alone (no MPI launcher, Snakemake run, cluster or compiler; about a minute)"
-	@echo "make numerics-lock    after an engine change: train the guard runs and map the code to its numbers' fingerprint"
-	@echo "make data-lock        after a data code change: fetch and prepare the guard sources and map the code to their fingerprint"
-	@echo "make lint             only the linters (ruff, ruff format --check, snakefmt --check, snakemake --lint)"
-	@echo "make docs             build the manual into site/ (MkDocs, strict: a broken link or anchor fails)"
-	@echo "make benchmark        the performance benchmarks (print tables; bench.py also writes benchmarks/results/)"
-	@echo "make benchmark-node   every design at 1, 2, 4 ... all cores of this node, with the model's prediction and DDP"
-	@echo "make benchmark-auto   auto's launches of one experiment: one design, the same weights, its time within the design's plus the trials"
-	@echo "make benchmark-nodes  on a SLURM cluster with 2 free nodes: a 2-rank run on one node against two"
-	@echo "make install-profile  link profiles/slurm to ~/.config/snakemake/slurm (then: snakemake --profile slurm)"
-	@echo "make test-mpi         the tests marked each_mpi (each design's exchange, an abort, a signal, a small workflow) under MPI=$(MPI) (make test runs openmpi)"
-	@echo "make tag              tag this checkout v<version> (the tag the deployment instructions pin)"
-	@echo "make clean            remove results/, resources/ and logs/ (keeps .venv)"
+	@echo "Run a study (CONFIG=$(CONFIG); results/<study>/):"
+	@echo "  make run              set up .venv, run the study, build results/<study>/report.html"
+	@echo "  make slurm-run        the same on SLURM (PROFILE=$(PROFILE)): experiments pooled into few jobs"
+	@echo "  make slurm-pilot      the same in one allocation of one whole node (PARTITION=...)"
+	@echo "  make slurm-pack       the same in one allocation of NODES=N nodes (default: sized from the"
+	@echo "                        estimates), each experiment a job step on whole nodes (SHARED=1: shared)"
+	@echo "  make report           rebuild results/<study>/report.html from what has run"
+	@echo "  make retime           retrain the runs another engine timed (one engine's times per speedup)"
+	@echo "Look at a study:"
+	@echo "  make status           one line per experiment: done, running, failed (with its error) or missing"
+	@echo "  make check            its references: exit 1 when an interval lies outside its band (0: none)"
+	@echo "  make compare A=results/x B=results/y   B / A of epoch time and speedup per shared experiment"
+	@echo "  make squeue           your queued and running SLURM jobs, each with the experiment it trains"
+	@echo "  make leftovers        run directories no study in config/ lists (REMOVE=1 deletes them)"
+	@echo "Set up and maintain:"
+	@echo "  make setup            build .venv from the pinned requirements (every target does this first);"
+	@echo "                        MPI=openmpi|intel|site builds .venv-<MPI> with that MPI instead of MPICH"
+	@echo "  make install-profile  link profiles/slurm to ~/.config/snakemake/slurm (snakemake --profile slurm)"
+	@echo "  make clean            remove results/, resources/ and logs/ (keeps .venv)"
+	@echo "  make tag              tag this checkout v<version> (the tag the deployment instructions pin)"
+	@echo "Develop (docs/development.md):"
+	@echo "  make test             the linters, the unit tests, then MPI/workflow, SLURM and other-MPI tests"
+	@echo "  make test-fast        the unit tests alone (no MPI launcher, Snakemake run, cluster or compiler)"
+	@echo "  make test-mpi         the tests marked each_mpi under MPI=$(MPI) (make test also runs openmpi)"
+	@echo "  make lint             ruff, ruff format, snakefmt, snakemake --lint, import-linter, the docs build"
+	@echo "  make docs             build the manual into site/ (MkDocs, strict)"
+	@echo "  make numerics-lock    after an engine change: map the code to its numbers' fingerprint"
+	@echo "  make data-lock        after a data code change: map the code to its data's fingerprint"
+	@echo "  make benchmark        every benchmark (tables; bench.py writes benchmarks/results/)"
+	@echo "  make benchmark-node   every design at 1, 2, 4 ... all cores, beside the model and PyTorch DDP"
+	@echo "  make benchmark-auto   auto's launches of one experiment against the design it picks"
+	@echo "  make benchmark-nodes  on SLURM with 2 free nodes: a 2-rank run on one node against two"
 
 setup: $(STAMP)
 
@@ -72,26 +76,33 @@ $(STAMP): requirements.txt mpi/$(MPI).txt pyproject.toml
 study-config:
 	@test -f "$(CONFIG)" || { echo "error: CONFIG=$(CONFIG): no such file; the studies in config/: $$(cd config && ls *.yaml | paste -sd ' ')" >&2; exit 1; }
 
+# results/<study>/report.html rebuilt only when a table, figure or caption is newer than it
+# (snakemake --report rewrites it every time): a second `make run` with nothing to do does nothing
+REPORT = study=$(STUDY) && html=results/$$study/report.html && \
+	if [ -f $$html ] && [ -z "$$(find results/$$study workflow/report -newer $$html -type f -print -quit)" ]; \
+	then echo "the report is up to date: $$html"; \
+	else snakemake --cores $(CORES) --configfile $(CONFIG) --report $$html; fi
+
 run: setup study-config
 	snakemake --cores $(CORES) --configfile $(CONFIG)
-	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/$(STUDY)/report.html
+	@$(REPORT)
 	@echo "done: results/$(STUDY)/metrics/*.csv, results/$(STUDY)/plots/*/*.png, results/$(STUDY)/report.html"
 
 slurm-run: setup study-config
 	snakemake --profile $(PROFILE) --configfile $(CONFIG)
-	snakemake --cores 1 --configfile $(CONFIG) --report results/$(STUDY)/report.html
+	@$(REPORT)
 	@echo "done: results/$(STUDY)/metrics/*.csv, results/$(STUDY)/plots/*/*.png, results/$(STUDY)/report.html"
 
 slurm-pilot: setup study-config
 	python -m mpinet.launch.pilot --configfile $(CONFIG) $(if $(PARTITION),--partition $(PARTITION))
-	snakemake --cores 1 --configfile $(CONFIG) --report results/$(STUDY)/report.html
+	@$(REPORT)
 	@echo "done: results/$(STUDY)/metrics/*.csv, results/$(STUDY)/plots/*/*.png, results/$(STUDY)/report.html"
 
 # the tables and plots (the allocation's picture among them: sacct has its steps once it has ended)
 # are built on this node after the allocation, which holds its nodes only while they train
 slurm-pack: setup study-config
 	python -m mpinet.launch.pack --configfile $(CONFIG) $(if $(NODES),--nodes $(NODES)) $(if $(PARTITION),--partition $(PARTITION)) $(if $(SHARED),--shared)
-	snakemake --cores 1 --configfile $(CONFIG) --report results/$(STUDY)/report.html
+	@$(REPORT)
 	@echo "done: results/$(STUDY)/metrics/steps.csv, results/$(STUDY)/plots/allocation.png, results/$(STUDY)/report.html"
 
 status: setup study-config
@@ -103,7 +114,7 @@ retime: setup study-config
 	if [ -z "$$stale" ]; then echo "every run of study $(STUDY) was timed by this engine: nothing to retime"; exit 0; fi; \
 	echo "retiming $$(echo $$stale | wc -w) run(s) of study $(STUDY)"; \
 	snakemake --cores $(CORES) --configfile $(CONFIG) --forcerun $$stale && \
-	snakemake --cores $(CORES) --configfile $(CONFIG) --report results/$(STUDY)/report.html
+	$(REPORT)
 
 leftovers: setup study-config
 	@snakemake leftovers --cores 1 --nolock --quiet all --configfile $(CONFIG) --config remove_leftovers=$(if $(REMOVE),True,False)

@@ -148,7 +148,8 @@ def test_oversubscription_is_one_line_naming_each_kind_of_experiment_locally_onl
         {"dataset": "iris", "algorithm": "allreduce", "ranks": 2, "blas_threads": 2},
     )
     (line,) = oversubscription_lines(table, 2)
-    assert line.startswith("5 experiments put more ranks than this machine's 2 cores on it: ")
+    assert line.startswith("5 experiments need more ranks than this machine's 2 cores: ")
+    assert line.endswith("; they run oversubscribed, and the figures mark them")
     assert "iris allreduce 3 ranks, iris paramserver 3 ranks, iris allreduce 2 ranks × 2 BLAS threads;" in line
     assert oversubscription_lines(table, 4) == []
     assert oversubscription_lines(table, None) == []  # planned for SLURM: its nodes' cores decide
@@ -180,8 +181,8 @@ def test_a_study_whose_preparation_fails_shows_it_failed_and_says_once_that_it_o
     assert p.returncode != 0
     said = [line for line in (p.stdout + p.stderr).splitlines() if "more ranks than this machine's" in line]
     assert said == [
-        f"config: 1 experiment put more ranks than this machine's {over - 1} cores on it: "
-        f"flowers allreduce {over} ranks; they run oversubscribed, and the figures mark them"
+        f"config: 1 experiment needs more ranks than this machine's {over - 1} cores: "
+        f"flowers allreduce {over} ranks; it runs oversubscribed, and the figures mark it"
     ]
     status = [*SNAKEMAKE, "status", "--configfile", "config/test.yaml", "--cores", "1", "--nolock", "--quiet", "all"]
     p = subprocess.run(status, cwd=wd, capture_output=True, text=True, env=copy_env(wd), timeout=300)

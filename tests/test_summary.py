@@ -35,6 +35,6 @@ def test_a_configuration_s_runs_on_one_node_and_on_two_are_two_rows(tmp_path):
     head, *rows = _summary(tmp_path, *one, two)
     assert "nodes" in head
     allreduce = [dict(zip(head, r)) for r in rows if "allreduce" in r]
-    assert sorted(r["nodes"] for r in allreduce) == ["1", "2"] and all(r["launches"] == "1" for r in allreduce)
+    assert sorted(r["nodes"] for r in allreduce) == ["1", "2"] and all(r["runs"] == "1" for r in allreduce)
     head, *_ = _summary(tmp_path, _run("serial", 1, 4, 2.0), _run("allreduce", 2, 4, 1.1))
     assert "nodes" not in head  # one placement: no column

@@ -57,7 +57,7 @@ from mpinet.datasets.sources import local_inputs, prepare_options, source_digest
 from mpinet.datasets.origin import missing_source
 from mpinet.study.config import check_study, config_source
 from mpinet.study.experiments import COLUMNS, dropped_lines
-from mpinet.study.oversubscription import oversubscription_lines
+from mpinet.study.oversubscription import TRAINS_ELSEWHERE, oversubscription_lines
 from mpinet.study.grid import Grid
 from mpinet.study.status import failures, study_name
 from mpinet.analysis.summary import end_of_run
@@ -89,9 +89,13 @@ if missing := [m for d, e in SOURCES if (m := missing_source(d, e.get("source", 
 for line in dropped_lines(EXPERIMENTS):
     print(f"config: {line}", file=sys.stderr)
 # more ranks than this machine's cores: said once, by the main process (not a `run:` job's), and
-# not for SLURM (which its profile's pools mean), whose nodes run the jobs
+# not for SLURM (which its profile's pools mean), whose nodes run the jobs, nor by a Snakemake that
+# trains nothing here (a report; a SLURM launcher's data and tables on the login node)
 LOCAL_PLAN = workflow.is_main_process and not (
-    "SLURM_JOB_ID" in os.environ or workflow.group_settings.group_components
+    "SLURM_JOB_ID" in os.environ
+    or workflow.group_settings.group_components
+    or "--report" in sys.argv
+    or TRAINS_ELSEWHERE in os.environ
 )
 for line in oversubscription_lines(EXPERIMENTS, os.cpu_count() if LOCAL_PLAN else None):
     print(f"config: {line}", file=sys.stderr)

@@ -52,10 +52,14 @@ def print_summary():
 
 
 def remove_kept_checkpoints():
-    """After a successful run, the final checkpoints pooled runs kept are no longer needed."""
+    """After a successful run, the final checkpoints runs in a SLURM allocation kept (for a retry of
+    it) are no longer needed."""
     removed = remove_finished([(e.run_dir / RECORD_FILE, e.checkpoint) for e in GRID.status_rows()])
     if removed:
-        print(f"removed the final checkpoints of {removed} pooled runs", flush=True)
+        print(
+            f"removed the final checkpoints of {removed} finished runs, kept until now for a retry",
+            flush=True,
+        )
 
 
 def print_failures():

@@ -69,8 +69,10 @@ def scaling(
             ax.text(0.5, 0.5, note, ha="center", va="center", fontsize=9, transform=ax.transAxes)
     else:
         _speedup_panels((speed, eff), df, variants)
-    for ax in (speed, eff):
-        ax.set_title(THROUGHPUT, fontsize=9)
+    # the two panels share the scaling axis, not the measure: each title names its own
+    axis, detail = THROUGHPUT.split(": ", 1)
+    for ax, measure in ((speed, "speedup"), (eff, "efficiency")):
+        ax.set_title(f"{measure}, {axis}:\n{detail}", fontsize=9)
     ranks = {*runs["ranks"]}
     with_model = model is not None and len(model) > 0
     if with_model:

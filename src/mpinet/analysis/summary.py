@@ -33,7 +33,7 @@ def summary_table(runs_csv: str | Path) -> str:
     g = runs.groupby(["dataset", *varying(runs), *placed, "algorithm", "ranks"], sort=True)
     table = pd.DataFrame(
         {
-            "launches": g.size(),
+            "runs": g.size(),  # its seeds × launches (an interval's own launches: the * note)
             "final_acc": g["final_test_accuracy"].mean().round(3),
             "epoch_s": _digits(g["median_epoch_s"].median(), 4),
             "speedup": g["speedup"].median().round(2),

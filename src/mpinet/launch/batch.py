@@ -23,6 +23,7 @@ from mpinet.launch import walltime
 from mpinet.launch.slurm import default_account
 from mpinet.layout import DATA_ROOT, RunPaths
 from mpinet.study.experiments import expand_sweeps, grid_paths
+from mpinet.study.oversubscription import TRAINS_ELSEWHERE
 from mpinet.study.status import study_name
 
 POLL_S = 2  # squeue, while the job is queued or runs (sbatch --wait polls at 2, 6, 14, 30, 62 s ...)
@@ -132,7 +133,7 @@ def prepare(args: list[str], table, prog: str) -> int:
     print(f"{prog}: the data first, here (its size sizes the time limit)", flush=True)
     Path("logs/slurm").mkdir(parents=True, exist_ok=True)
     # the targets first: --configfile (in args) takes every value that follows it
-    return subprocess.run(snakemake_here([*targets, *args])).returncode
+    return subprocess.run(snakemake_here([*targets, *args]), env=trains_elsewhere()).returncode
 
 
 def finish_here(args: list[str], table, study: str, prog: str) -> int:
@@ -144,7 +145,12 @@ def finish_here(args: list[str], table, study: str, prog: str) -> int:
         print(f"{prog}: error: {why}", file=sys.stderr)
         return 1
     print(f"{prog}: the tables and plots, here (the allocation has ended)", flush=True)
-    return subprocess.run(snakemake_here(args)).returncode
+    return subprocess.run(snakemake_here(args), env=trains_elsewhere()).returncode
+
+
+def trains_elsewhere() -> dict:
+    """The environment of a Snakemake here that trains nothing (the training runs in the allocation)."""
+    return {**os.environ, TRAINS_ELSEWHERE: "1"}
 
 
 def snakemake_here(args: list[str]) -> list[str]:

@@ -4,6 +4,9 @@ cores and the figures mark it oversubscribed), and said once when the workflow p
 import pandas as pd
 
 SHOWN = 6  # kinds of experiment the line names; past that it counts the rest
+# set for a Snakemake that trains nothing on this machine (the data and tables a SLURM launcher builds
+# on the login node): the line is not about it
+TRAINS_ELSEWHERE = "MPINET_TRAINS_ELSEWHERE"
 
 
 def oversubscription_lines(experiments: pd.DataFrame, cores: int | None) -> list[str]:
@@ -19,9 +22,10 @@ def oversubscription_lines(experiments: pd.DataFrame, cores: int | None) -> list
     names = [_kind(row) for row in kinds.to_dict("records")]
     more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
     n = len(over)
+    they = ("need", "they run", "them") if n != 1 else ("needs", "it runs", "it")
     return [
-        f"{n} experiment{'s' if n != 1 else ''} put more ranks than this machine's {cores} cores on it: "
-        f"{', '.join(names[:SHOWN])}{more}; they run oversubscribed, and the figures mark them"
+        f"{n} experiment{'s' if n != 1 else ''} {they[0]} more ranks than this machine's {cores} cores: "
+        f"{', '.join(names[:SHOWN])}{more}; {they[1]} oversubscribed, and the figures mark {they[2]}"
     ]
 
 
