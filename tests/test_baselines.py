@@ -218,6 +218,23 @@ def test_a_fixed_global_batch_run_without_a_base_at_its_batch_per_rank_is_quoted
     assert "No speedup to quote" not in page and "global batch fixed" in page and "2.40" in page  # 1.2 / 0.5
 
 
+def test_an_experiment_s_launches_are_pooled_as_its_base_s_so_serial_over_itself_is_one(tmp_path):
+    from mpinet.analysis.summary import summary_table
+
+    serial = [_run("serial", 1, 4, t, repeat=r) for r, t in ((1, 4.0), (2, 4.1), (3, 5.8))]
+    allreduce = [_run("allreduce", 2, 4, t, repeat=r) for r, t in ((1, 3.5), (2, 3.4), (3, 2.8))]
+    runs = _table(*serial, *allreduce)
+    base = (4.0 + 4.1 + 5.8) / 3  # the mean of the launches' medians, both sides
+    assert runs["serial_epoch_s"].to_numpy() == pytest.approx([base] * 6)
+    is_serial = runs["algorithm"] == "serial"
+    assert runs.loc[is_serial, ["speedup", "global_speedup", "best_serial_speedup"]].to_numpy() == pytest.approx(1.0)
+    assert runs.loc[is_serial, ["speedup_ci_low", "speedup_ci_high"]].to_numpy() == pytest.approx(1.0)
+    assert runs.loc[~is_serial, "speedup"].to_numpy() == pytest.approx([base / ((3.5 + 3.4 + 2.8) / 3)] * 3)
+    runs.reset_index().to_csv(tmp_path / "runs.csv", index=False)
+    row = next(line.split() for line in summary_table(tmp_path / "runs.csv").splitlines() if " serial " in line)
+    assert "1.0" in row and "[1.00, 1.00]" in " ".join(row)
+
+
 def test_a_reference_check_leaves_out_contended_and_one_rank_runs_and_says_why():
     from mpinet.analysis.references import evaluate
 
@@ -243,7 +260,7 @@ def test_compare_names_the_seed_and_refuses_two_studies_with_nothing_in_common(t
     with pytest.raises(MpinetError, match="no experiment in common"):
         compare(a, b)
     table = compare(a, a.assign(median_epoch_s=a["median_epoch_s"] * 1.1))
-    assert table["experiment"].str.endswith("seed=1").all()
+    assert table["experiment"].str.endswith("seed 1").all()  # make status's labels
     assert table["base_s_per_sample_a"].iloc[0] == pytest.approx(2.0 / 120)
 
 

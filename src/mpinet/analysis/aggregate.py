@@ -115,11 +115,11 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
     """One row per run: accuracy, timings, communication share, throughput, both axes' speedups
     (mpinet.analysis.baselines) with their intervals, contention and which speedups a headline may quote."""
     rows = [run_row(run_dir, g, target_accuracy) for run_dir, g in epochs.groupby("run_dir", sort=False)]
-    runs = add_bases(pd.DataFrame(rows))  # a speedup divides two timings of one engine (the keys say so)
-    runs["timing_mixed"] = mixed_engines(runs)
-    # spread between separate launches of the same experiment (repeats) timed by one engine: (max - min) / median
     # one experiment's launches timed by one engine that trained one design (auto's choice)
     same = [c for c in PARAMS if c != "repeat"] + ["timed_by", "trained_as"]
+    runs = add_bases(pd.DataFrame(rows), same)  # a speedup divides two timings of one engine (the keys say so)
+    runs["timing_mixed"] = mixed_engines(runs)
+    # spread between separate launches of the same experiment (repeats) timed by one engine: (max - min) / median
     t = runs.groupby(same, sort=False)["median_epoch_s"]
     runs["launch_spread"] = ((t.transform("max") - t.transform("min")) / t.transform("median")).where(
         t.transform("size") > 1
@@ -131,8 +131,8 @@ def summarize_runs(epochs: pd.DataFrame, target_accuracy: float) -> pd.DataFrame
     runs["speedup_note"] = speedup_notes(runs)
     runs["target_accuracy"] = target_accuracy
     # 95 % intervals per experiment, over its launches and their epochs
-    runs = add_intervals(runs, timed_epochs(epochs), same)
-    return runs.drop(columns=["_baseline", "_global_baseline", "_best"])
+    runs = add_intervals(runs, timed_epochs(epochs), [*same, "_clean"])  # the launches its speedups pool
+    return runs.drop(columns=["_baseline", "_global_baseline", "_best", "_clean"])
 
 
 def mixed_engines(runs: pd.DataFrame) -> pd.Series:

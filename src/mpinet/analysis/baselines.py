@@ -41,14 +41,21 @@ def serial_runs(runs: pd.DataFrame) -> pd.Series:
     return (runs["algorithm"] == "serial") & (runs["ranks"] == 1)
 
 
-def add_bases(runs: pd.DataFrame) -> pd.DataFrame:
+def add_bases(runs: pd.DataFrame, experiment: list[str]) -> pd.DataFrame:
     """runs with both axes' bases and speedups, the best serial run's, and the keys behind them
-    (_baseline, _global_baseline, _best: removed by the caller once the intervals are drawn)."""
+    (_baseline, _global_baseline, _best: removed by the caller once the intervals are drawn).
+
+    Every time a speedup divides is pooled alike, the mean of its launches' median epochs: a base's
+    over its serial runs (the clean ones where it has any: base_runs), a run's over the launches of its
+    experiment (the columns `experiment`) that are as clean as it is (_clean: launch_clean), so those
+    launches share their speedups and serial's over itself is 1."""
     runs = base_keys(runs.assign(global_batch=global_batches(runs)))
     weak = runs["samples_per_rank"] > 0
     runs["charged_epoch_s"] = charged_epoch_s(runs)
     runs["s_per_sample"] = runs["charged_epoch_s"] / runs["trained_samples"]
-    serial = runs[serial_runs(runs)]
+    runs["_clean"] = launch_clean(runs)
+    pooled = runs.groupby([*experiment, "_clean"], sort=False, dropna=False)["charged_epoch_s"].transform("mean")
+    serial = base_runs(runs)
     g = serial.groupby("_baseline")
     base = pd.DataFrame({"serial_epoch_s": g["median_epoch_s"].mean(), "serial_isolated": g["isolated"].all()})
     base["serial_cpu_share"] = g["cpu_share"].min()
@@ -57,15 +64,30 @@ def add_bases(runs: pd.DataFrame) -> pd.DataFrame:
     per_sample = serial.assign(_per_sample=serial["median_epoch_s"] / serial["trained_samples"])
     base["serial_s_per_sample"] = per_sample.groupby("_baseline")["_per_sample"].mean()
     runs = runs.merge(base, left_on="_baseline", right_index=True, how="left")
-    ratio = runs["serial_epoch_s"] / runs["charged_epoch_s"]
+    ratio = runs["serial_epoch_s"] / pooled
     runs["speedup"] = ratio.where(~weak)
     # weak scaling: epoch time of 1 rank with K samples / epoch time of P ranks with P·K samples
     runs["weak_efficiency"] = ratio.where(weak)
     same_updates = runs["_global_baseline"].map(g["median_epoch_s"].mean())
     runs["global_serial_s_per_sample"] = runs["_global_baseline"].map(base["serial_s_per_sample"])
-    runs["global_speedup"] = same_updates / runs["charged_epoch_s"]
+    runs["global_speedup"] = same_updates / pooled
     runs["global_efficiency"] = runs["global_speedup"] / runs["ranks"]
-    return _add_best_serial(runs, serial)
+    return _add_best_serial(runs, serial, pooled / runs["trained_samples"])
+
+
+def launch_clean(runs: pd.DataFrame) -> pd.Series:
+    """Whether a launch's own conditions let its time be quoted: timed alone, a core for every rank,
+    and no rank's core taken while it trained (a run recorded before CPU time was kept counts as clean)."""
+    taken = runs["cpu_share"] < CLEAN_CPU_SHARE
+    return runs["isolated"].astype(bool) & ~runs["oversubscribed"].astype(bool) & ~taken
+
+
+def base_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The serial runs a base pools: per base, its clean launches where it has any, else all of them."""
+    serial = runs[serial_runs(runs)]
+    clean = launch_clean(serial)
+    key = serial["_baseline"]
+    return serial[clean | ~clean.groupby(key).transform("any")]
 
 
 def charged_epoch_s(runs: pd.DataFrame) -> pd.Series:
@@ -88,17 +110,17 @@ def base_keys(runs: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _add_best_serial(runs: pd.DataFrame, serial: pd.DataFrame) -> pd.DataFrame:
+def _add_best_serial(runs: pd.DataFrame, serial: pd.DataFrame, s_per_sample: pd.Series) -> pd.DataFrame:
     """best_serial_batch, best_serial_seed and best_serial_s_per_sample: the study's fastest serial
-    experiment on the same data and model at any batch and seed (the median over its launches), and
-    the speedup over it."""
-    per_experiment = serial.groupby(["_best", "batch_size", "seed"])["s_per_sample"].median()
+    experiment on the same data and model at any batch and seed (the mean over its launches), and
+    the speedup over it of each run's experiment (its seconds a sample pooled alike)."""
+    per_experiment = serial.groupby(["_best", "batch_size", "seed"])["s_per_sample"].mean()
     best = per_experiment.reset_index().sort_values("s_per_sample", kind="stable").drop_duplicates("_best")
     best = best.set_index("_best")
     runs["best_serial_batch"] = runs["_best"].map(best["batch_size"]).astype("Int64")
     runs["best_serial_seed"] = runs["_best"].map(best["seed"]).astype("Int64")
     runs["best_serial_s_per_sample"] = runs["_best"].map(best["s_per_sample"])
-    runs["best_serial_speedup"] = runs["best_serial_s_per_sample"] / runs["s_per_sample"]
+    runs["best_serial_speedup"] = runs["best_serial_s_per_sample"] / s_per_sample
     return runs
 
 

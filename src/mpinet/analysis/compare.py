@@ -15,7 +15,8 @@ from mpinet.analysis.environment import differences, read_environment
 from mpinet.analysis.figures import save_png
 from mpinet.files import atomic_path
 from mpinet.layout import runs_table
-from mpinet.study.experiments import COLUMNS, varying
+from mpinet.study.experiments import COLUMNS
+from mpinet.study.status import experiment_labels
 
 KEYS = ["dataset", *(c for c in COLUMNS if c != "repeat")]
 # B ÷ A of these runs.csv measures: (measure, column prefix). The speedup is throughput scaling (serial
@@ -28,6 +29,7 @@ RATIOS = (
     ("p95_step_s", "tail_ratio"),
 )
 VERDICTS = ("faster", "slower", "no difference detected")
+UNMATCHED_LISTED = 5  # experiments of one side only named on the console, the rest in compare.csv
 
 
 def runs_path(results: str | Path) -> Path:
@@ -109,13 +111,9 @@ def _verdict(time: dict) -> str:
 
 
 def _names(runs: pd.DataFrame) -> pd.Series:
-    """'iris allreduce 2 ranks batch_size=32': the values that tell the experiments apart."""
-    columns = [c for c in varying(runs) if c in KEYS]
-    ranks = runs["ranks"].astype(str) + " rank" + (runs["ranks"] != 1).map({True: "s", False: ""})
-    base = runs["dataset"] + " " + runs["algorithm"] + " " + ranks
-    for c in columns:
-        base = base + f" {c}=" + runs[c].astype(str)
-    return base + " seed=" + runs["seed"].astype(str)
+    """'iris allreduce 2 ranks batch 32 seed 1 lr=0.1': make status's labels (what tells the experiments
+    of both sides apart), a launch's repeat left out (launches of one experiment are its observations)."""
+    return pd.Series(experiment_labels(runs.assign(repeat=1)), index=runs.index)
 
 
 def text_table(table: pd.DataFrame) -> str:
@@ -125,7 +123,7 @@ def text_table(table: pd.DataFrame) -> str:
         if pd.isna(r.get(m)):
             return "-"
         if pd.isna(r.get(f"{m}_ci_low")):
-            return f"{r[m]:.3f} (1 launch: no interval)"
+            return f"{r[m]:.3f}*"
         return f"{r[m]:.3f} [{r[f'{m}_ci_low']:.3f}, {r[f'{m}_ci_high']:.3f}]"
 
     lines = []
@@ -144,10 +142,19 @@ def text_table(table: pd.DataFrame) -> str:
                 "verdict": r["verdict"],
             }
         )
-    out = pd.DataFrame(lines).to_string(index=False) if lines else "no experiment is in both result sets"
+    if lines:
+        shown = pd.DataFrame(lines)
+        width = shown["experiment"].str.len().max()
+        out = shown.to_string(index=False, justify="left", formatters={"experiment": lambda e: e.ljust(width)})
+        if shown.map(lambda v: str(v).endswith("*")).any().any():
+            out += "\n*: one launch on a side, so no interval (more launches with `repeats`)"
+    else:
+        out = "no experiment is in both result sets"
     unmatched = table[table["verdict"].astype(str).str.startswith("only in")]
-    for _, r in unmatched.iterrows():
-        out += f"\n{r['verdict']}: {r['experiment']}"
+    for verdict, rows in unmatched.groupby("verdict", sort=True):
+        names = list(rows["experiment"])
+        listed = names if len(names) <= UNMATCHED_LISTED else [*names[:UNMATCHED_LISTED], "..."]
+        out += f"\n{verdict}: {len(names)} experiment(s) (compare.csv lists them): {'; '.join(listed)}"
     return out
 
 
@@ -162,7 +169,8 @@ def figure(table: pd.DataFrame, path, title: str) -> None:
     from matplotlib.figure import Figure
 
     matched = table[~table["verdict"].astype(str).str.startswith("only in")].reset_index(drop=True)
-    fig = Figure(figsize=(9, 1.2 + 0.35 * max(1, len(matched))))
+    # constrained: the experiments' labels and the legend below get the room they need
+    fig = Figure(figsize=(9, 1.6 + 0.35 * max(1, len(matched))), layout="constrained")
     ax = fig.subplots()
     colors = {"faster": "#2ca02c", "slower": "#d62728", "no difference detected": "#7f7f7f"}
     for i, r in matched.iterrows():
@@ -175,9 +183,8 @@ def figure(table: pd.DataFrame, path, title: str) -> None:
     ax.set_yticks(range(len(matched)), matched["experiment"], fontsize=7)
     ax.set_ylim(len(matched) - 0.4, -0.6)  # first experiment on top, room above and below
     ax.set_xlabel("epoch time B / A (95 % interval, launches as the unit; < 1: B is faster)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.legend(fontsize=7, loc="outside lower center", ncols=len(colors))
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     save_png(fig, path)
 
 

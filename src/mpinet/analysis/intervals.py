@@ -4,7 +4,7 @@ speedup's base (mpinet.analysis.confidence), and whether its launches settled.""
 import numpy as np
 import pandas as pd
 
-from mpinet.analysis.baselines import serial_runs
+from mpinet.analysis.baselines import base_runs
 from mpinet.analysis.confidence import SEED, bootstrap_medians, interval
 from mpinet.study.config import MEASURES
 
@@ -22,7 +22,7 @@ def add_intervals(runs: pd.DataFrame, timed: dict, group: list[str]) -> pd.DataF
     ci_launches (the launches an interval covers; with 1 it covers only that launch's epochs) and
     unsettled, per group of runs: a two-level bootstrap (mpinet.analysis.confidence) of the group's
     launches and of each base's, independently."""
-    serial = runs[serial_runs(runs)]
+    serial = base_runs(runs)
     # serial runs by their own key (a run's base at its batch per rank or at its global batch), and by
     # the best serial experiment's (any batch and seed)
     by_key = serial.groupby("_baseline")["run_dir"].agg(list).to_dict()
@@ -34,8 +34,9 @@ def add_intervals(runs: pd.DataFrame, timed: dict, group: list[str]) -> pd.DataF
         mine = bootstrap_medians(launches, seed=SEED + 1) + _trials_per_epoch(rows.iloc[0])
         first = rows.iloc[0]
         best = (first["_best"], first["best_serial_batch"], first["best_serial_seed"])
-        ratio = _over(timed, by_key.get(first["_baseline"], []), mine)
-        same_updates = _over(timed, by_key.get(first["_global_baseline"], []), mine)
+        own = set(rows["run_dir"])
+        ratio = _over(timed, by_key.get(first["_baseline"], []), mine, own)
+        same_updates = _over(timed, by_key.get(first["_global_baseline"], []), mine, own)
         weak, p = first["samples_per_rank"] > 0, first["ranks"]
         cis = {
             "median_epoch_s": interval(mine),
@@ -44,7 +45,7 @@ def add_intervals(runs: pd.DataFrame, timed: dict, group: list[str]) -> pd.DataF
             "weak_efficiency": interval(ratio if weak else ratio * np.nan),
             "global_speedup": interval(same_updates),
             "global_efficiency": interval(same_updates / p),
-            "best_serial_speedup": interval(_over(timed, by_experiment.get(best, []), mine)),
+            "best_serial_speedup": interval(_over(timed, by_experiment.get(best, []), mine, own)),
         }
         row = {f"{m}_ci_{end}": v for m in MEASURES for end, v in zip(("low", "high"), cis[m])}
         row |= {"ci_launches": len(rows), "unsettled": unsettled(launches)}
@@ -58,9 +59,14 @@ def _trials_per_epoch(run: pd.Series) -> float:
     return 0.0 if pd.isna(trials) else float(trials) / int(run["epochs"])
 
 
-def _over(timed: dict, dirs: list[str], mine: np.ndarray) -> np.ndarray:
-    """A base's bootstrap replicates (its runs' launches and epochs) over a group's (NaN: no base)."""
-    return bootstrap_medians([timed[d] for d in dirs], seed=SEED) / mine if dirs else mine * np.nan
+def _over(timed: dict, dirs: list[str], mine: np.ndarray, own: set[str]) -> np.ndarray:
+    """A base's bootstrap replicates (its runs' launches and epochs) over a group's (NaN: no base);
+    a group that is its own base (serial over itself) is 1 in every replicate, not two draws of it."""
+    if not dirs:
+        return mine * np.nan
+    if set(dirs) == own:
+        return np.ones_like(mine)
+    return bootstrap_medians([timed[d] for d in dirs], seed=SEED) / mine
 
 
 def unsettled(launches: list[np.ndarray]) -> bool:
