@@ -70,7 +70,10 @@ def test_train_arguments_carry_every_parameter():
             {"dataset": "iris", "global_batc": 8},
             r"experiments\[0\].global_batc: unknown key; did you mean global_batch\?",
         ),
-        ({"dataset": "iris", "algorithm": "paramserver", "ranks": 1}, r"experiments\[0\]: no runnable combination"),
+        (
+            {"dataset": "iris", "algorithm": "paramserver", "ranks": 1},
+            r"experiments\[0\]: no runnable combination: algorithm paramserver needs at least 2 ranks",
+        ),
     ],
 )
 def test_bad_sweeps_name_the_key(sweep, message):

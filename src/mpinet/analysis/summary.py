@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from mpinet.analysis.baselines import has_speedup, notes, quotable, reason_kinds, serial_runs
+from mpinet.analysis.baselines import CLEAN_CPU_SHARE, has_speedup, notes, quotable, reason_kinds, serial_runs
 from mpinet.analysis.environment import environment_rst
 from mpinet.analysis.references import breach_lines, verdict_line
 from mpinet.study.experiments import varying
@@ -67,7 +67,10 @@ def summary_table(runs_csv: str | Path) -> str:
         text += "\nglobal_batch: the batch per rank times the ranks that train"
     if "contention" in runs and (runs["contention"] == "contended").any():
         n = int((runs["contention"] == "contended").sum())
-        text += f"\ncontended: {n} run(s) had a core taken by another process (runs.csv's contention)"
+        text += (
+            f"\ncontended: {n} run(s) whose slowest rank got less than {CLEAN_CPU_SHARE:.0%} of a core (another "
+            "process, or more ranks than cores; runs.csv's contention)"
+        )
     return text
 
 

@@ -76,7 +76,7 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
                 raise MpinetError(f"{where}: global_batch and batch_size exclude each other; give one of them")
             values["batch_size"] = _as_list(GLOBAL_BATCH, sweep[GLOBAL_BATCH])
         nodes = sweep.get("nodes")
-        before, reasons = len(rows), {}
+        before, reasons, seen = len(rows), {}, {}
         for combo in itertools.product(*values.values()):
             row = dict(zip(values, combo))
             if (why := _impossible(row, where)) is None and GLOBAL_BATCH in sweep:
@@ -84,17 +84,16 @@ def expand_sweeps(sweeps: list[dict], datasets: dict) -> pd.DataFrame:
             if why is None:
                 # a node holds at least one rank: a sweep's 1-rank baseline with `nodes: 4` runs on one
                 rows.append({**row, "nodes": None if nodes is None or row["ranks"] == 1 else min(nodes, row["ranks"])})
-            elif not why.obvious:
-                reasons[str(why)] = reasons.get(str(why), 0) + 1
+            else:
+                seen[str(why)] = None  # in order: what the user meets first
+                if not why.obvious:
+                    reasons[str(why)] = reasons.get(str(why), 0) + 1
         if reasons:
             said = "; ".join(f"{r} ({n}x)" for r, n in reasons.items())
             dropped.append(f"{where}: dropped {sum(reasons.values())} combination(s) that cannot run: {said}")
         if len(rows) == before:
-            raise MpinetError(
-                f"{where}: no runnable combination (serial runs on 1 rank, paramserver needs at least 2 "
-                "ranks, sync_every > 1 needs allreduce, faithful needs loss l2 and sync_every 1, train_samples and "
-                "samples_per_rank exclude each other)"
-            )
+            # why each of its combinations was refused, once each: only the rules this sweep broke
+            raise MpinetError(f"{where}: no runnable combination: {'; '.join(seen)}")
     if not rows:
         raise MpinetError("experiments: the list is empty; add at least one sweep")
     df = pd.DataFrame(rows, columns=["dataset", *COLUMNS, *PLACEMENT]).drop_duplicates(ignore_index=True)
