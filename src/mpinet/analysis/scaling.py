@@ -77,9 +77,13 @@ def scaling(
     with_model = model is not None and len(model) > 0
     if with_model:
         scaled = model["scaling"] if "scaling" in model else pd.Series("strong", index=model.index)
-        _model_lines((speed, eff), model[scaled == "strong"], ("speedup", "efficiency"))
+        # one legend entry per design for all its lines (a label differing by panel would be two)
+        mine = model[model["link"] == "measured here"]
+        several = bool((mine.groupby(["algorithm", "ranks"]).size() > 1).any())
+        note = "; a line per batch and training set" if several else ""
+        _model_lines((speed, eff), model[scaled == "strong"], ("speedup", "efficiency"), ranks, note)
         if weak_ax is not None:
-            _model_lines([weak_ax], model[scaled == "weak"], ("weak_efficiency",))
+            _model_lines([weak_ax], model[scaled == "weak"], ("weak_efficiency",), ranks, note)
         ranks |= {4, 8, 16, 32}
     if original:
         _original_markers(speed)
@@ -293,15 +297,18 @@ def _speedup_panels(axes, df: pd.DataFrame, variants: list[str]) -> None:
         axes[0].plot([], [], "x", color="black", ls="none", label="more ranks than cores")
 
 
-def _model_lines(axes, model: pd.DataFrame, measures: tuple[str, ...]) -> None:
-    """The cost model with this machine's alpha and beta, to 32 ranks: lines under the measured points."""
+def _model_lines(axes, model: pd.DataFrame, measures: tuple[str, ...], measured: set, note: str) -> None:
+    """The cost model with this machine's alpha and beta, to 32 ranks: lines under the measured points,
+    through the powers of two and the rank counts measured (between them MPI's collectives switch
+    algorithms at every power of two, and a line through every count zig-zags)."""
     mine = model[model["link"] == "measured here"]
     keys = [*COMPUTE_KEYS, "sync_every", "trained_samples", "samples_per_rank"]
     configs = mine.groupby(
         [k for k in keys if k in mine and (k != "trained_samples" or measures[0] != "weak_efficiency")]
     )
+    shown = mine["ranks"].isin({1 << k for k in range(8)} | measured)
     for i, (_, config) in enumerate(configs):
-        for algorithm, line in config.groupby("algorithm"):
+        for algorithm, line in config[shown.loc[config.index]].groupby("algorithm"):
             for ax, y in zip(axes, measures):
                 ax.plot(
                     line["ranks"],
@@ -310,7 +317,7 @@ def _model_lines(axes, model: pd.DataFrame, measures: tuple[str, ...]) -> None:
                     lw=1,
                     color=DESIGNS[algorithm].color,
                     alpha=0.6,
-                    label=f"model: {DESIGNS[algorithm].name} (MPI timed here)" if i == 0 else None,
+                    label=f"model: {DESIGNS[algorithm].name} (MPI timed here{note})" if i == 0 else None,
                 )
 
 
