@@ -30,6 +30,7 @@ from mpinet.analysis.timelines import timeline_figure
 from mpinet.study.experiments import varying
 
 MAX_VARIANT_ROWS = 6
+SERIAL = design_name("serial")
 PANEL_COLUMNS = 3  # designs (data_size) side by side before a figure wraps to another row
 
 
@@ -99,7 +100,8 @@ def training_curves(epochs: pd.DataFrame, title: str, path) -> dict:
         _loss_and_accuracy(row, part, variant, hue="design", style="ranks", palette=design_palette(df))
         row[0].get_legend().remove()  # one legend per row
     axes = list(grid.flat)
-    return finish(fig, axes, f"{title}: training curves (mean over seeds, band: min to max)", path)
+    what = "mean over seeds, band: min to max; serial also wide beneath"
+    return finish(fig, axes, f"{title}: training curves ({what})", path)
 
 
 def data_size(epochs: pd.DataFrame, title: str, path) -> dict:
@@ -274,6 +276,11 @@ def _loss_and_accuracy(axes, part: pd.DataFrame, title: str, **style) -> None:
         ax.set_xlabel("epoch")
         ax.set_ylabel(label)
         sns.lineplot(data=band.rename(columns={"mean": y}), x="epoch", y=y, estimator=None, ax=ax, **style)
+        # serial also wide and pale beneath: a design that repeats its numbers (allreduce on 1 rank,
+        # distributed == serial) would otherwise hide it, and another colour over it would blend
+        for _, curve in band[band[style["hue"]] == SERIAL].groupby(keys, sort=False):
+            curve = curve.sort_values("epoch")
+            ax.plot(curve["epoch"], curve["mean"], color=style["palette"][SERIAL], lw=6, alpha=0.25, zorder=1)
         for key, curve in band.groupby(keys, sort=False):
             curve = curve.sort_values("epoch")
             color = style["palette"][key[0]]
