@@ -3,6 +3,7 @@ the rank count, with the cost model's lines and the original's Intel timings; an
 time goes (compute, moving bytes, waiting)."""
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -159,7 +160,10 @@ def time_split(runs: pd.DataFrame, title: str, path) -> dict:
     g = labelled(runs).groupby(["variant", "design", "algorithm", "ranks"], sort=False)[parts]
     df = g.mean().reset_index()
     order = ["variant", "algorithm", "design", "ranks"]
-    df = df.sort_values(order, key=lambda c: c.map(DESIGN_ORDER) if c.name == "algorithm" else c)
+    # variants in natural order (batch 8 before 12: the numbers as numbers), designs in DESIGNS' order
+    natural = {v: i for i, v in enumerate(sorted(df["variant"].unique(), key=_natural_key))}
+    by = {"variant": natural, "algorithm": DESIGN_ORDER}
+    df = df.sort_values(order, key=lambda c: c.map(by[c.name]) if c.name in by else c)
     panels = [
         (variant, part.iloc[i : i + BARS_PER_PANEL])
         for variant, part in df.groupby("variant", sort=False)
@@ -178,8 +182,13 @@ def time_split(runs: pd.DataFrame, title: str, path) -> dict:
     return finish(fig, axes, f"{title}: where an epoch's time goes", path, legend=False, bottom=bottom)
 
 
+def _natural_key(text: str) -> list:
+    """'batch_size=8' before 'batch_size=12': the digits compared as numbers."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(text))]
+
+
 SPLIT_STYLES = {  # a part of the epoch: its legend label and how its bar segment is drawn
-    "median_compute_s": ("compute", {}),
+    "median_compute_s": ("compute (solid, in the design's colour)", {}),
     "median_comm_s": ("communication (hatched)", {"alpha": 0.4, "hatch": "//"}),
     "median_transfer_s": ("communication: moving bytes (hatched)", {"alpha": 0.4, "hatch": "//"}),
     "median_wait_s": ("communication: waiting for the slowest rank (dotted)", {"alpha": 0.2, "hatch": ".."}),
