@@ -277,15 +277,19 @@ def test_leftovers_keep_every_recorded_study_and_stop_at_a_config_they_cannot_re
     snakemake(wd, *RUNS_ONLY)
     b_run = next((wd / "results/runs").glob("iris/**/learning_rate~0.2/**/run.json")).parent
 
-    # a typo in study b: one line naming the file, nothing listed or removed, b's run still there
+    # a typo in study b and another in c: a line naming each file, nothing listed or removed, b's run there
     broken = _iris(algorithm="seriall", learning_rate=0.2)
     write_config(wd, broken, name="b.yaml")
+    write_config(wd, _iris(algorithm="serial", ranks=0), name="c.yaml")
     p = leftovers("REMOVE=1")
-    assert p.returncode != 0 and "config/b.yaml" in p.stderr and "seriall" in p.stderr, p.stdout + p.stderr
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error: config/")]
+    assert p.returncode != 0 and len(errors) == 2, p.stdout + p.stderr
+    assert "config/b.yaml: experiments[0].algorithm: 'seriall'" in errors[0] and "config/c.yaml" in errors[1]
     assert "leftover:" not in p.stdout and "removed" not in p.stdout and b_run.exists()
 
     # b's config kept outside config/: its recorded run list (results/b/runs.txt) still keeps its run
     (wd / "config/b.yaml").rename(tmp_path / "b.yaml")
+    (wd / "config/c.yaml").unlink()
     p = leftovers()
     assert p.returncode == 0 and "no leftover run directories" in p.stdout, p.stdout + p.stderr
 

@@ -16,8 +16,9 @@ def run_script(log_path: str, func, *args, **kwargs):
         try:
             return func(*args, **kwargs)
         except MpinetError as e:
-            print(f"error: {e}", file=log)
-            print(f"error: {e}", file=console)
+            lines = "\n".join(f"error: {line}" for line in str(e).splitlines())  # one per mistake
+            print(lines, file=log)
+            print(lines, file=console)
             sys.exit(1)
         except Exception:
             traceback.print_exc(file=log)

@@ -29,26 +29,32 @@ def referenced(results_root: Path, config_dir: Path, schema: Path, runs_root: st
 
 def config_run_dirs(config_dir: Path, schema: Path, runs_root: str) -> set[Path]:
     """The run directories of every study config (a YAML file with `experiments`) in config_dir;
-    MpinetError naming the first file that cannot be read or expanded."""
+    MpinetError naming every file that cannot be read or expanded, a line each."""
     from mpinet.study.config import config_error
     from mpinet.study.experiments import expand_sweeps, grid_paths
 
-    dirs = set()
+    dirs, errors = set(), []
     for path in sorted(config_dir.glob("*.y*ml")):
         try:
             config = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError) as e:
-            first = str(e).splitlines()[0]
-            raise MpinetError(f"{path}: cannot be read ({first}); fix it or move it out of {config_dir}/") from None
+            errors.append(f"{path}: cannot be read ({str(e).splitlines()[0]})")
+            continue
         if not isinstance(config, dict) or "experiments" not in config:
             continue  # not a study config
         if message := config_error(config, schema):
-            raise MpinetError(f"{path}: {message}; fix it (or move it out of {config_dir}/) before listing leftovers")
+            errors.append(f"{path}: {message.removeprefix('config: ')}")
+            continue
         try:
             table = expand_sweeps(config["experiments"], config.get("datasets") or {})
         except MpinetError as e:
-            raise MpinetError(f"{path}: config: {e}; fix it before listing leftovers") from None
+            errors.append(f"{path}: {e}")
+            continue
         dirs |= {Path(runs_root) / g for g in grid_paths(table)}
+    if errors:
+        # a study whose config cannot be read would have its runs listed as leftovers (and removed)
+        fix = f"; fix it (or move it out of {config_dir}/) before listing leftovers"
+        raise MpinetError("\n".join(e + fix for e in errors))
     return dirs
 
 
