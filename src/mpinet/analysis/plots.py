@@ -19,6 +19,7 @@ from mpinet.analysis.style import (
     DESIGN_ORDER,
     design_name,
     design_palette,
+    figure_legend,
     finish,
     labelled,
     ranks_text,
@@ -120,25 +121,30 @@ def data_size(epochs: pd.DataFrame, title: str, path) -> dict:
     designs = list(dict.fromkeys(df["design"]))
     fig, pairs = _panel_pairs(len(designs))
     sizes = sorted(df["trained_samples"].unique())
-    palette = dict(zip(sizes, sns.color_palette("viridis", len(sizes))))
+    names = [f"{n:,} samples" for n in sizes]
+    palette = dict(zip(names, sns.color_palette("viridis", len(sizes))))
+    # one colour per size and one line style per variant in every panel, so one legend under them
+    # all reads for each (a legend in each panel covered its curves)
+    order = {"hue_order": names, **({"style_order": list(dict.fromkeys(df["variant"]))} if others else {})}
     for pair, design in zip(pairs, designs):
         part = df[df["design"] == design]
         part = part.assign(samples=part["trained_samples"].map("{:,} samples".format))
-        _loss_and_accuracy(
-            pair,
-            part,
-            f"{design}, {ranks_text(int(part['ranks'].iloc[0]))}",
-            hue="samples",
-            style="variant" if others else None,
-            hue_order=[f"{n:,} samples" for n in sizes if n in set(part["trained_samples"])],
-            palette={f"{n:,} samples": c for n, c in palette.items()},
-        )
+        title_ = f"{design}, {ranks_text(int(part['ranks'].iloc[0]))}"
+        style = "variant" if others else None
+        _loss_and_accuracy(pair, part, title_, hue="samples", style=style, palette=palette, **order)
+    axes = [ax for pair in pairs for ax in pair]
+    # seaborn's section headings left out: '60 samples' and 'batch_size=8' say what they are
+    entries = {
+        lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels()) if lab not in ("samples", "variant")
+    }
+    bottom = figure_legend(fig, [], entries=entries)
+    for ax in axes:
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
     # said once, under the title: the study trained one size, so each panel holds one curve per variant
     note = "\n(one training-set size: sweep train_samples to compare sizes)" if len(sizes) < 2 else ""
-    axes = [ax for pair in pairs for ax in pair]
-    return finish(
-        fig, axes, f"{title}: loss and accuracy by training-set size (band: min to max over seeds){note}", path
-    )
+    what = f"{title}: loss and accuracy by training-set size (band: min to max over seeds){note}"
+    return finish(fig, axes, what, path, legend=False, bottom=bottom)
 
 
 def time_to_accuracy(epochs: pd.DataFrame, title: str, path, target: float | None = None) -> dict:
