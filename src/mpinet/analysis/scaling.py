@@ -77,14 +77,7 @@ def scaling(
     ranks = {*runs["ranks"]}
     with_model = model is not None and len(model) > 0
     if with_model:
-        scaled = model["scaling"] if "scaling" in model else pd.Series("strong", index=model.index)
-        # one legend entry per design for all its lines (a label differing by panel would be two)
-        mine = model[model["link"] == "measured here"]
-        several = bool((mine.groupby(["algorithm", "ranks"]).size() > 1).any())
-        note = "; a line per batch and training set" if several else ""
-        _model_lines((speed, eff), model[scaled == "strong"], ("speedup", "efficiency"), ranks, note)
-        if weak_ax is not None:
-            _model_lines([weak_ax], model[scaled == "weak"], ("weak_efficiency",), ranks, note)
+        _model_panels(model, (speed, eff), weak_ax, ranks)
         ranks |= {4, 8, 16, 32}
     if original:
         _original_markers(speed)
@@ -304,6 +297,18 @@ def _speedup_panels(axes, df: pd.DataFrame, variants: list[str]) -> None:
         axes[0].plot([], [], "o", color="grey", markerfacecolor="white", ls="none", label=label)
     if df["oversubscribed"].any():
         axes[0].plot([], [], "x", color="black", ls="none", label="more ranks than cores")
+
+
+def _model_panels(model: pd.DataFrame, strong: tuple, weak_ax, measured: set) -> None:
+    """The model's lines in the throughput panels (`strong`) and the weak-scaling panel (if drawn)."""
+    scaled = model["scaling"] if "scaling" in model else pd.Series("strong", index=model.index)
+    # one legend entry per design for all its lines (a label differing by panel would be two)
+    mine = model[model["link"] == "measured here"]
+    several = bool((mine.groupby(["algorithm", "ranks"]).size() > 1).any())
+    note = "; a line per batch and training set" if several else ""
+    _model_lines(strong, model[scaled == "strong"], ("speedup", "efficiency"), measured, note)
+    if weak_ax is not None:
+        _model_lines([weak_ax], model[scaled == "weak"], ("weak_efficiency",), measured, note)
 
 
 def _model_lines(axes, model: pd.DataFrame, measures: tuple[str, ...], measured: set, note: str) -> None:
