@@ -168,3 +168,22 @@ def test_a_design_has_one_name_in_every_figure_and_auto_names_what_it_trained(dr
         assert name in " ".join(texts["curves"]["legend"]) and name in " ".join(texts["scaling"]["legend"])
         assert name in words
     assert "train_samples=0" not in words
+
+
+def test_the_compare_figure_keeps_long_experiment_names_and_its_legend_on_the_canvas(tmp_path):
+    from mpinet.analysis.compare import figure
+
+    names = [f"images allreduce {p} ranks batch 8 seed 1 lr=0.01 no-standardize train_samples=60" for p in (2, 3)]
+    table = pd.DataFrame(
+        {
+            "experiment": [*names, "iris serial 1 rank batch 4 seed 1"],
+            "time_ratio": [0.8, 1.3, 1.0],
+            "time_ratio_ci_low": [0.7, 1.1, float("nan")],  # one launch on a side: no interval
+            "time_ratio_ci_high": [0.9, 1.5, float("nan")],
+            "verdict": ["faster", "slower", "no difference detected"],
+        }
+    )
+    fig = figure(table, tmp_path / "compare.png", "B = results/after vs A = results/before")
+    assert not layout_problems(fig)
+    with Image.open(tmp_path / "compare.png") as png:
+        assert png.width <= MAX_WIDTH

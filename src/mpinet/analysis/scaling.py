@@ -131,11 +131,11 @@ def _global_panel(ax, fixed: pd.DataFrame) -> None:
         lo=("global_speedup_lo", "min"),
         hi=("global_speedup_hi", "max"),
         quoted=("_quoted", "all"),
+        over=("oversubscribed", "any"),
     ).reset_index()
     points = points[points.groupby(["algorithm", "variant"])["ranks"].transform("nunique") > 1]
     _lines_with_bars(ax, points, sorted(fixed["variant"].unique()))
-    left = points[~points["quoted"]]  # hollow, as in the throughput panels
-    ax.plot(left["ranks"], left["mid"], "o", color="grey", markerfacecolor="white", ls="none", zorder=3)
+    _mark_left_out(ax, points)
     ax.set_title(FIXED_GLOBAL, fontsize=9)
     ax.set_ylabel("speedup over serial at the same global batch")
 
@@ -220,15 +220,29 @@ def _bars(df: pd.DataFrame, measure: str) -> pd.DataFrame:
 
 def _weak_panel(ax, weak: pd.DataFrame, variants: list[str]) -> None:
     """Weak-scaling efficiency: the 1-rank epoch time with K samples over the P-rank one with P·K."""
-    weak = _bars(weak, "weak_efficiency")
+    weak = _bars(weak, "weak_efficiency").assign(_quoted=quotable(weak))
     points = weak.groupby(["design", "algorithm", "variant", "ranks"], sort=True).agg(
-        mid=("weak_efficiency", "median"), lo=("weak_efficiency_lo", "min"), hi=("weak_efficiency_hi", "max")
+        mid=("weak_efficiency", "median"),
+        lo=("weak_efficiency_lo", "min"),
+        hi=("weak_efficiency_hi", "max"),
+        quoted=("_quoted", "all"),
+        over=("oversubscribed", "any"),
     )
     _lines_with_bars(ax, points.reset_index(), variants)
+    _mark_left_out(ax, points.reset_index())
     per_rank = ", ".join(str(k) for k in sorted(weak["samples_per_rank"].unique()))
     ax.set_title(f"weak scaling: {per_rank} samples per training rank fixed", fontsize=9)
     ax.set_ylabel("weak-scaling efficiency (t1(K) / tP(P·K))")
     ax.set_ylim(bottom=0)
+
+
+def _mark_left_out(ax, points: pd.DataFrame) -> None:
+    """The throughput panels' marks on another panel's points: hollow where the headline leaves the
+    cell out (quoted False), x where it had more ranks than cores (over)."""
+    left = points[~points["quoted"].astype(bool)]
+    ax.plot(left["ranks"], left["mid"], "o", color="grey", markerfacecolor="white", ls="none", zorder=3)
+    over = points[points["over"].astype(bool)]
+    ax.plot(over["ranks"], over["mid"], "x", color="black", markersize=9, ls="none", zorder=4)
 
 
 def _series(design: str, variant: str, variants: list[str]) -> tuple[str, str]:
