@@ -5,7 +5,7 @@ import pandas as pd
 
 SHOWN = 6  # kinds of experiment the line names; past that it counts the rest
 # set for a Snakemake that trains nothing on this machine (the data and tables a SLURM launcher builds
-# on the login node): the line is not about it
+# on the login node; make status and make leftovers): the line is not about it
 TRAINS_ELSEWHERE = "MPINET_TRAINS_ELSEWHERE"
 
 
