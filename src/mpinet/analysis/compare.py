@@ -135,7 +135,7 @@ def text_table(table: pd.DataFrame) -> str:
                 "experiment": r["experiment"],
                 "launches A/B": f"{int(r['launches_a'])}/{int(r['launches_b'])}",
                 "epoch time B/A": ci(r, "time_ratio"),
-                "base µs/sample A/B": _base(r),
+                "base µs/sample A; B": _base(r),  # each side's own, not a ratio like the B/A columns
                 "speedup B/A (same batch/rank)": ci(r, "speedup_ratio"),
                 "over best serial B/A": ci(r, "best_serial_ratio"),
                 "p95 step B/A": ci(r, "tail_ratio"),
@@ -146,6 +146,7 @@ def text_table(table: pd.DataFrame) -> str:
         shown = pd.DataFrame(lines)
         width = shown["experiment"].str.len().max()
         out = shown.to_string(index=False, justify="left", formatters={"experiment": lambda e: e.ljust(width)})
+        out = "\n".join(line.rstrip() for line in out.splitlines())
         if shown.map(lambda v: str(v).endswith("*")).any().any():
             out += "\n*: one launch on a side, so no interval (more launches with `repeats`)"
     else:
@@ -161,7 +162,7 @@ def text_table(table: pd.DataFrame) -> str:
 def _base(r) -> str:
     """Each side's serial base in microseconds a sample ('-' where a runs.csv predates it)."""
     a, b = (r.get(f"base_s_per_sample_{s}") for s in "ab")
-    return "-" if pd.isna(a) or pd.isna(b) else f"{1e6 * a:.3g}/{1e6 * b:.3g}"
+    return "-" if pd.isna(a) or pd.isna(b) else f"{1e6 * a:.3g}; {1e6 * b:.3g}"
 
 
 def figure(table: pd.DataFrame, path, title: str):
