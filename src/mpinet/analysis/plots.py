@@ -128,10 +128,10 @@ def data_size(epochs: pd.DataFrame, title: str, path) -> dict:
     order = {"hue_order": names, **({"style_order": list(dict.fromkeys(df["variant"]))} if others else {})}
     for pair, design in zip(pairs, designs):
         part = df[df["design"] == design]
-        part = part.assign(samples=part["trained_samples"].map("{:,} samples".format))
-        title_ = f"{design}, {ranks_text(int(part['ranks'].iloc[0]))}"
+        part = part.assign(samples=part["trained_samples"].map(dict(zip(sizes, names))))
+        panel = f"{design}, {ranks_text(int(part['ranks'].iloc[0]))}"
         style = "variant" if others else None
-        _loss_and_accuracy(pair, part, title_, hue="samples", style=style, palette=palette, **order)
+        _loss_and_accuracy(pair, part, panel, hue="samples", style=style, palette=palette, **order)
     axes = [ax for pair in pairs for ax in pair]
     # seaborn's section headings left out: '60 samples' and 'batch_size=8' say what they are
     entries = {
