@@ -3,6 +3,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -692,6 +693,51 @@ def test_node_counts_its_update_as_compute_and_its_barriers_as_communication(sma
     m = pd.read_csv(tmp_path / "o" / "metrics.csv")
     assert (m["compute_s"] >= steps * delay).all(), m  # every step's delayed update, on every rank
     assert (m["comm_s"] < steps * delay / 2).all(), m  # the barriers and writes alone
+
+
+@pytest.mark.mpi
+def test_node_shares_its_update_by_claims_so_a_slow_rank_takes_fewer_blocks_and_moves_no_weight(tmp_path):
+    """node's ranks claim the first layer's column blocks as they go (nodeshared.Claims): with rank 1
+    slowed on every block it claims, rank 0 takes most of them, every block is taken once a step,
+    and the weights are the same bytes as an unslowed run's (each block is one GEMM over all rows,
+    whichever rank runs it)."""
+    data = write_dataset(tmp_path / "wide", dim=48)
+
+    def run(out, delay):
+        code = (
+            "import atexit, json, sys, time\n"
+            "from mpi4py import MPI\n"
+            "from mpinet import train as cli\n"
+            "from mpinet.engine import nodeshared\n"
+            "rank, taken, rounds = MPI.COMM_WORLD.Get_rank(), [], []\n"
+            "init, take = nodeshared.NodeShared.__init__, nodeshared.Claims.take\n"
+            "def small_blocks(self, *a):\n"
+            "    init(self, *a)\n"
+            "    self.block_bytes = 4 * 8 * 4  # 4 rows of float64, 4 columns a block: 12 blocks\n"
+            "def slow(self, count):\n"
+            "    rounds.append(count)\n"
+            "    for item in take(self, count):\n"
+            f"        time.sleep({delay} * rank)\n"
+            "        taken.append(item)\n"
+            "        yield item\n"
+            "nodeshared.NodeShared.__init__, nodeshared.Claims.take = small_blocks, slow\n"
+            f"atexit.register(lambda: open(f'{out}.{{rank}}.json', 'w').write(json.dumps([taken, rounds])))\n"
+            f"sys.exit(cli.main(['--data', '{data}', '--out', '{out}', '--algorithm', 'node', "
+            "'--epochs', '2', '--batch-size', '2', '--dtype', 'float64']))\n"
+        )
+        p = subprocess.run([*mpiexec_argv(2), sys.executable, "-c", code], capture_output=True, text=True, env=env())
+        assert p.returncode == 0, p.stderr[-2000:]
+        return [json.loads(Path(f"{out}.{r}.json").read_text()) for r in (0, 1)]
+
+    even = run(tmp_path / "even", 0.0)
+    slowed = run(tmp_path / "slowed", 0.03)
+    (taken0, rounds), (taken1, _) = slowed
+    assert set(rounds) == {12} and len(rounds) == 2 * 60 // 4  # a round of 12 blocks every step
+    assert len(taken0) + len(taken1) == sum(rounds)  # every block once
+    assert sorted(taken0 + taken1) == sorted(list(range(12)) * len(rounds))
+    assert len(taken0) > 3 * len(taken1), (len(taken0), len(taken1))  # the fast rank took most
+    assert len(even[0][0]) + len(even[1][0]) == sum(rounds)
+    assert np.array_equal(weights(tmp_path / "slowed"), weights(tmp_path / "even"))
 
 
 def test_a_serial_run_waits_for_nobody(small_dataset, tmp_path):

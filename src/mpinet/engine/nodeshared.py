@@ -9,10 +9,14 @@ through MPI's buffers on a node:
 
 - the wide first layer's weight gradient is never written: its update over the global batch is
   Dᵀ·X (D: the rows' scaled output errors, [rows, units]; X: the rows, [rows, inputs]). Every rank
-  writes its rows' D into the window; after a barrier each rank subtracts Dᵀ·X[:, cols] from its
-  1/L of the weights' columns (L: the node's ranks), reading every row of the global batch but only
-  its columns from the memory-mapped training file (the same bytes as one rank's own rows), the
-  update folded into that GEMM (mpinet.engine.blas). The flops are a rank's own gradient's.
+  writes its rows' D into the window; after a barrier the ranks share out the weights' columns in
+  blocks, each claiming the next block from a counter in shared memory as it finishes one (Claims),
+  and subtract Dᵀ·X[:, block] from it, reading every row of the global batch but only the block's
+  columns from the memory-mapped training file, the update folded into that GEMM
+  (mpinet.engine.blas). The flops are on average a rank's own gradient's; a rank that a busy core
+  slows takes fewer blocks instead of holding the others at the next barrier (a fixed 1/L of the
+  columns each made every step as slow as its slowest rank). A block is one GEMM over all the
+  rows whichever rank runs it, so who took which changes no weight.
 - the rest of the flat buffer (the first layer's bias, the small layers: under 0.1 % of the Intel
   net) goes through per-rank segments: every rank writes its gradient there and each rank sums one
   slice over the node's segments in node rank order and steps that slice.
@@ -86,15 +90,15 @@ class NodeShared(FirstLayerFactors):
         self.weights, self.total = views["weights"], views["total"]
         self.d_all = views["d"].reshape(rows, units)
         self.segments = [views[f"segment{r}"] for r in range(size)]
-        cols, part = even_split(n_in, size), even_split(rest, size)
-        self.cols = slice(sum(cols[:local]), sum(cols[: local + 1]))  # this rank's columns of W
+        part = even_split(rest, size)
         self.part = slice(self.first + sum(part[:local]), self.first + sum(part[: local + 1]))  # of the rest
         self.acc = np.empty(part[local], dtype=dt)
         # a leader's copy of every node's sum of the rest, summed in the leaders' order (across nodes)
         self.node_sums = np.empty((nodes, rest), dtype=dt) if self.leaders is not None else None
-        # a block of the global batch's rows' values, some of this rank's columns (_update_columns)
+        # a block of the global batch's rows' values, some columns (_update_columns)
         self.block_bytes = this_machine().l2_bytes // 2
-        self.xc = np.empty((rows, max(1, min(cols[local], self.block_bytes // (rows * dt.itemsize)))), dtype=dt)
+        self.xc = np.empty((rows, max(1, min(n_in, self.block_bytes // (rows * dt.itemsize)))), dtype=dt)
+        self.claims = Claims(self.node if size > 1 else None)
 
     def hold(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The node's shared weights (set to `params`, which every rank computed alike) and a private
@@ -159,6 +163,7 @@ class NodeShared(FirstLayerFactors):
 
     def close(self) -> None:
         """Free the window and the communicators (collective: every rank calls it once, after training)."""
+        self.claims.close()
         if self.win is not None:
             self.win.Unlock_all()
             self.win.Free()
@@ -178,18 +183,22 @@ class NodeShared(FirstLayerFactors):
         return np.frombuffer(memory, dtype=dt, count=count)
 
     def _update_columns(self, w: np.ndarray, f: Factors, n: int) -> None:
-        """W[:, cols] -= Dᵀ·X[:, cols] over the global batch's n rows, in blocks of columns whose training
-        values fit half a core's L2: each block's pixels are turned into values and multiplied while
-        they are in the cache (the rows' float values are never written to memory)."""
+        """W[:, c] -= Dᵀ·X[:, c] over the global batch's n rows, for the blocks of columns c this rank
+        claims from the node's counter (Claims): a faster rank takes more, so no rank waits at the
+        next barrier for a slower one's fixed share. A block's training values fit half a core's L2:
+        its pixels are turned into values and multiplied while they are in the cache (the rows' float
+        values are never written to memory). Each block is one GEMM over all n rows, whichever rank
+        runs it, so the weights do not depend on who took which."""
         rows = f.rows
         if not self.rank_ordered:  # D's rows run node after node: the file's rows the same way
             ends = np.cumsum(f.counts).tolist()
             rows = np.concatenate([rows[ends[r] - f.counts[r] : ends[r]] for r in self.order])
         contiguous = bool(n) and rows[-1] - rows[0] == n - 1 and bool(np.all(np.diff(rows) == 1))
         d = self.d_all[:n]
+        n_in = w.shape[1]
         width = max(1, min(self.xc.shape[1], self.block_bytes // max(1, n * self.xc.itemsize)))
-        for start in range(self.cols.start, self.cols.stop, width):
-            c = slice(start, min(start + width, self.cols.stop))
+        for block in self.claims.take(-(-n_in // width)):
+            c = slice(block * width, min((block + 1) * width, n_in))
             stored = f.x_all[rows[0] : rows[0] + n, c] if contiguous else f.x_all[rows, c]
             x = stored
             if stored.dtype != self.xc.dtype or not contiguous:
@@ -237,3 +246,44 @@ class NodeShared(FirstLayerFactors):
             self.win.Sync()
             self.node.Barrier()
             self.win.Sync()
+
+
+class Claims:
+    """Work shared out by the node's ranks as they go: `take(count)` yields the items 0..count-1 this
+    rank claims one at a time from a counter in shared memory (MPI_Fetch_and_op), until none is
+    left. Every rank of the node calls it once between the same two barriers; each ends with one
+    claim past the end, so the counter moves by count + ranks and the next round's numbers follow."""
+
+    def __init__(self, node):
+        self.node, self.win, self.base = node, None, 0
+        if node is None:  # alone: every item, in order
+            return
+        from mpi4py import MPI
+
+        self.win = MPI.Win.Allocate_shared(8 if node.Get_rank() == 0 else 0, 8, comm=node)
+        if node.Get_rank() == 0:
+            memory, _ = self.win.Shared_query(0)
+            np.frombuffer(memory, dtype=np.int64, count=1)[0] = 0
+        self.win.Lock_all()
+        self.win.Sync()
+        node.Barrier()
+        self.one, self.got, self.op = np.ones(1, np.int64), np.empty(1, np.int64), MPI.SUM
+
+    def take(self, count: int):
+        if self.win is None:
+            yield from range(count)
+            return
+        while True:
+            self.win.Fetch_and_op(self.one, self.got, 0, 0, self.op)
+            self.win.Flush(0)
+            item = int(self.got[0]) - self.base
+            if item >= count:
+                break
+            yield item
+        self.base += count + self.node.Get_size()
+
+    def close(self) -> None:
+        if self.win is not None:
+            self.win.Unlock_all()
+            self.win.Free()
+            self.win = None
