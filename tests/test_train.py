@@ -15,6 +15,7 @@ from mpinet import MpinetError
 from mpinet.datasets import dataset
 from mpinet.engine.checkpoint import Store
 from mpinet.engine.comm import Comm
+from mpinet.engine.designs import EXCHANGES
 from mpinet.engine.loop import train
 from mpinet.engine.mpilib import library
 from mpinet.engine.options import Options, check_options
@@ -672,6 +673,55 @@ def test_the_wait_for_a_slow_rank_is_told_apart_from_moving_bytes_in_the_metrics
     assert (m["transfer_s"] < m["wait_s"]).all() and (m["transfer_s"] >= 0).all()
     assert np.allclose(m["wait_s"] + m["transfer_s"], m["comm_s"])
     assert (m["transfer_max_s"] <= m["comm_s"] * 2 + 1e-9).all()
+
+
+# every MPI design on the fewest ranks that make it a design of its own (grid: 2 groups x 2 shards;
+# paramserver: the server and 2 workers), rank 1 training in each
+PACED_RANKS = {"allreduce": 2, "node": 2, "allgather": 2, "sharded": 2, "grid": 4, "paramserver": 3}
+
+
+def test_the_paced_designs_are_every_mpi_design():
+    assert set(PACED_RANKS) == set(EXCHANGES) - {"serial"}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("algorithm", PACED_RANKS)
+def test_a_paced_rank_s_delay_lands_in_compute_and_the_others_wait_for_it(small_dataset, tmp_path, algorithm):
+    """Rank 1 sleeps before every step's compute: its delay must come out as its compute, as every other
+    training rank's wait (for sharded and grid inside their compute's gather, for node at its barrier,
+    for the workers at the server), and as no transfer, each within 10 % of the delay it took."""
+    ranks, out, delay = PACED_RANKS[algorithm], tmp_path / "o", 0.15
+    code = (
+        "import atexit, sys, time\n"
+        "from mpi4py import MPI\n"
+        "from mpinet import train as cli\n"
+        "from mpinet.engine import loop\n"
+        "paced = [0.0]\n"
+        "if MPI.COMM_WORLD.Get_rank() == 1:\n"
+        "    fast = loop._Run.compute\n"
+        "    def slow(*a):\n"
+        "        t = time.perf_counter()\n"
+        f"        time.sleep({delay})\n"
+        "        paced[0] += time.perf_counter() - t  # what it slept, oversleeping on a busy machine included\n"
+        "        return fast(*a)\n"
+        "    loop._Run.compute = slow\n"
+        f"    atexit.register(lambda: open('{tmp_path}/paced', 'w').write(str(paced[0])))\n"
+        f"sys.exit(cli.main(['--data', '{small_dataset}', '--out', '{out}', "
+        f"'--algorithm', '{algorithm}', '--epochs', '1', '--batch-size', '6']))\n"
+    )
+    p = subprocess.run([*mpiexec_argv(ranks), sys.executable, "-c", code], capture_output=True, text=True, env=env())
+    assert p.returncode == 0, p.stderr[-2000:]
+    paced = float((tmp_path / "paced").read_text())
+    m = pd.read_csv(out / "metrics.csv").iloc[0]
+    trains = ranks - (algorithm == "paramserver")  # means over the ranks that train
+    expected = {
+        "wait_max_s": paced,  # the fast ranks sat it out
+        "wait_s": paced * (trains - 1) / trains,
+        "compute_s": paced / trains,  # and the tiny steps' own compute, far under 10 %
+        "transfer_max_s": 0.0,
+    }
+    for column, value in expected.items():
+        assert abs(m[column] - value) < 0.1 * paced, (column, m[column], value, paced, m.to_dict())
 
 
 @pytest.mark.mpi

@@ -284,12 +284,13 @@ class _Run:
         order = rng.permutation(self.n) if opts.shuffle == "samples" else rng.permutation(steps) * global_batch
         sums = np.zeros(3)  # training loss, correct predictions, samples: this rank's share
         comm_before, bytes_before = comm.seconds, comm.bytes_sent
-        # per communicating step, the compute since the last exchange: the slowest rank's sets the wait
+        # per communicating step, the compute since the last exchange (its wall time less the time
+        # spent communicating in it: sharded and grid gather inside compute): the slowest rank's sets the wait
         computed, talked = np.zeros(steps), np.zeros(steps, dtype=bool)
         arrivals, ends = np.empty(steps), np.empty(steps)  # when each step reached its exchange, and left it
         traced = min(steps, self.trace.limit) if self.trace is not None else 0
         t0, cpu0 = time.perf_counter(), time.process_time()
-        left = t0
+        left, comm_left = t0, comm.seconds
         for k in range(steps):
             step = self._step(order, k, steps)
             sums += self.compute(step)
@@ -298,8 +299,9 @@ class _Run:
             serve = [] if k < traced else None  # what a parameter server did when, in traced steps
             self.exchange.step(self.params, self.grads, step, serve)
             done = time.perf_counter()
-            if comm.seconds != before:
-                computed[k], talked[k], left = arrived - left, True, done
+            if comm.seconds != comm_left:  # the step talked, in its compute or its exchange
+                computed[k], talked[k] = arrived - left - (before - comm_left), True
+                left, comm_left = done, comm.seconds
             arrivals[k], ends[k] = arrived, done
             if serve:
                 self.trace.serve += [[k, *entry] for entry in serve]
