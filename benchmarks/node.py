@@ -32,8 +32,8 @@ launch's epoch-only 95 % interval of its median misses another's) is marked unse
 The model, calibrated first (one short MPI job per P, every rank running the same kernels at once,
 since on a node P ranks share one memory system): at each b the step's kernels with the first
 layer's gradient written (allreduce's), folded into the update (serial's) and left out (node's), and
-the `node` design's exchange; the update pass, a bare MPI_Allreduce of the gradient, and a ping-pong
-of 8 bytes and of the gradient (α and β). Predicted epoch = steps x the design's step from those:
+the `node` design's exchange; the update pass, a bare MPI_Allreduce of the gradient, a ping-pong
+of 8 bytes and of the gradient (α and β), and a 64 MiB copy (each rank's copy rate with P copying). Predicted epoch = steps x the design's step from those:
 serial: its fused step; allreduce: gradient + Allreduce + update; node: the step without the first
 layer's gradient + its exchange (the errors through the window, its columns' update, two barriers);
 paramserver: gradient + 2 (P - 1) gradient-sized messages (the server serves the workers in turn);
@@ -42,8 +42,9 @@ layers) calibrated at every S that divides P, its gather, and the groups' Allred
 gradient (the measured one scaled by its bytes); allgather: mpinet.analysis.costmodel's formula with
 this node's compute per sample and α, β. The model error is predicted ÷ measured − 1. Held out: the
 same model calibrated on P ≤ max(1, min(4, cores / 2)) alone (every kernel as timed with the largest
-of those counts at once, the link as measured at each P) predicts the cells on more ranks, and only
-those are scored (the table's held-out column, with the median absolute error under it).
+of those counts at once, slowed by the workflow model's contention: its streamed share by the drop
+in the copy rate at P; the link and the copy rate as measured at each P, as the workflow's model
+takes them from its microbenchmark) predicts the cells on more ranks, and only those are scored (the table's held-out column, with the median absolute error under it).
 
 Prints a line per finished launch and rewrites the JSON (raw epoch times of every launch, the
 machine, the arguments, the date) and Markdown after every launch, so a run cut off keeps what
@@ -83,6 +84,7 @@ from mpinet.engine.options import ALGORITHMS  # noqa: E402
 from mpinet.launch.launcher import mpiexec_argv  # noqa: E402
 
 CLASSES = 6
+STREAM_BYTES = 64 << 20  # the copy the calibration times: past any L3 of a node
 DESIGNS = tuple(a for a in ALGORITHMS if a != "serial")
 AXES = {
     "throughput": "throughput scaling: batch per rank fixed, the global batch grows",
@@ -349,6 +351,11 @@ def calibrate_worker(a) -> int:
     summed = np.zeros_like(params)
     out["allreduce_s"] = timed(lambda: world.Allreduce(MPI.IN_PLACE, summed, op=MPI.SUM)) if size > 1 else 0.0
     out["message_s"], out["latency_s"] = _ping_pong(world, grads), _ping_pong(world, np.zeros(2, np.float32))
+    # a copy past the caches with every rank copying at once: the memory system the ranks share, which
+    # the held-out model reads at every count as it reads the link (held_out_calibration)
+    source = np.ones(STREAM_BYTES // 4, np.float32)
+    copy = np.empty_like(source)
+    out["stream_s"] = timed(lambda: np.copyto(copy, source))
     if rank == 0:
         print(json.dumps(out))
     return 0
@@ -481,20 +488,45 @@ def held_out_calibration(calibration: dict, p: int, limit: float, a) -> dict | N
     sizes = (a.features, *a.hidden, CLASSES)
     rest = (Net(sizes).n_params - sizes[0] * sizes[1]) * 4  # the small layers' bytes
     share = first_layer_share(sizes)
-    held = {key: c[key] for key in ("grad_s", "fused_s", "partial_s", "update_s")}
+    slower = _contention(cal, q, p, sizes)  # a batch's kernels at p against at q: the memory they share
+    held = {key: {b: t * slower(int(b), c["grad_s"][b]) for b, t in c[key].items()} for key in _BATCH_KERNELS}
+    held["update_s"] = c["update_s"] * slower(0, 0.0)
     held |= {key: at_p[key] for key in ("allreduce_s", "message_s", "latency_s")}
     # node's exchange: q ranks' column updates (the same flops a rank at p does), p ranks' barriers and sums
     barriers = node_step_seconds(p, rest, _link(at_p, sizes)) - node_step_seconds(q, rest, _link(c, sizes))
-    held["node_s"] = {b: s + barriers for b, s in c["node_s"].items()}
+    held["node_s"] = {b: s * slower(int(b), c["grad_s"][b]) + barriers for b, s in c["node_s"].items()}
     # a rank of a group of S: its units over S x b rows and the small layers on them, from q's step
     held["shard_s"] = {
         b: {
             str(n): c["shard_s"].get(b, {}).get(str(n), (grad + c["update_s"]) * n * (2 * share / n + 1 - 2 * share))
+            * slower(int(b), grad)
             for n in _shards(p)
         }
         for b, grad in c["grad_s"].items()
     }
     return held
+
+
+_BATCH_KERNELS = ("grad_s", "fused_s", "partial_s")
+
+
+def _contention(cal: dict, q: int, p: int, sizes: tuple):
+    """f(b, step_s): how much slower a step of batch b that takes step_s with q ranks at once runs with
+    p (the workflow model's contention, mpinet.analysis.costmodel, from each count's copy rate); b = 0:
+    a pass over the weights alone, all of it streamed. 1 for a calibration without copy timings."""
+    from mpinet.analysis.costmodel import Link, Work, contention
+
+    rates = {k: 2 * STREAM_BYTES / c["stream_s"] for k, c in cal.items() if c.get("stream_s")}
+    if q not in rates or p not in rates:
+        return lambda b, step_s: 1.0
+    link = Link(0.0, 0.0, stream_at={1: rates[q], 2: rates[p]})  # at q as alone, at p as the next count
+
+    def slower(b: int, step_s: float) -> float:
+        if not b:
+            return rates[q] / rates[p]
+        return contention(2, Work(b, b, step_s / b, sizes, 4), link)
+
+    return slower
 
 
 def _link(c: dict, sizes: tuple):
@@ -651,11 +683,17 @@ def _held_out_note(report: dict, table: list[dict]) -> list[str]:
     return [
         "",
         f"Held-out error: the model calibrated on P = {', '.join(map(str, seen))} alone (up to 4 ranks or half "
-        f"the cores) predicts the cells on more ranks, each kernel timed with {max(seen)} rank(s) at once and the "
-        "link (ping-pong, Allreduce) as measured at the cell's P; predicted ÷ measured − 1, on those cells only "
+        f"the cores) predicts the cells on more ranks, each kernel timed with {max(seen)} rank(s) at once"
+        + (", its streamed share slowed by the drop in the copy rate at the cell's P," if _copies(report) else "")
+        + " and the link (ping-pong, Allreduce) as measured at the cell's P; predicted ÷ measured − 1, on those cells only "
         f"(the calibration's own are never scored). Median absolute error over the {len(errors)} held-out "
         f"cell(s): {100 * statistics.median(errors):.0f} %.",
     ]
+
+
+def _copies(report: dict) -> bool:
+    """Whether the calibration timed a copy at every count (runs before 0.11 did not)."""
+    return all(c.get("stream_s") for c in report["calibration"].values())
 
 
 def _table_line(r: dict, held: bool = False) -> str:

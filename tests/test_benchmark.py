@@ -335,6 +335,33 @@ def test_the_node_benchmark_scores_a_model_held_out_from_the_rank_counts_above_i
     assert "held-out" not in node.markdown(report)
 
 
+def test_the_held_out_model_slows_the_kernels_by_the_copy_rate_lost_at_the_cells_ranks():
+    """With a copy timed at every count, the held-out kernels slow as the workflow model's contention
+    says: here the copy rate halves from 2 ranks to 4, so the update pass (all of it streamed) takes
+    2 ms, and the gradient step, of which 292.8 kB of rows and weights stream in its 4 ms (0.37 %),
+    4.0146 ms: 32 x (4.0146 + 2 + 2) ms for 1000 samples, 256.5 µs a sample against 200 measured."""
+    node = _node()
+    report = _report(
+        [_cell("serial", 1, 8, [[300.0] * 3] * 3), _cell("allreduce", 4, 8, [[200.0] * 3] * 3)],
+        batches=(8,),
+        global_batches=(),
+    )
+    report |= {"cores": 4, "ranks": [2, 4]}
+    copy = 2 * node.STREAM_BYTES  # read and written
+    report["calibration"] = {
+        1: _calibration(0.003, 0.0) | {"stream_s": copy / 25e9},
+        2: _calibration(0.004, 0.001) | {"stream_s": copy / 20e9},
+        4: _calibration(0.010, 0.002) | {"stream_s": copy / 10e9},
+    }
+    text = node.markdown(report)
+    head, *rows = [r.split(" | ") for r in text.splitlines() if r.startswith(("| axis", "| throughput"))]
+    held = {r[1] + r[2]: r[head.index("held-out error")] for r in rows}
+    assert held["allreduce4"] == "28 %"  # 256.5 / 200 - 1
+    assert "slowed by the drop in the copy rate" in text
+    del report["calibration"][2]["stream_s"]  # an older run: no copy timed, no contention
+    assert "12 %" in node.markdown(report).split("Median absolute error")[1]
+
+
 def test_the_docs_node_tables_are_generated_from_their_committed_json():
     """docs/performance.md's node tables are the generator's output of the raw JSON committed beside
     them (docs/data/node/), not typed by hand."""
