@@ -33,7 +33,8 @@ The model, calibrated first (one short MPI job per P, every rank running the sam
 since on a node P ranks share one memory system): at each b the step's kernels with the first
 layer's gradient written (allreduce's), folded into the update (serial's) and left out (node's), and
 the `node` design's exchange; the update pass, a bare MPI_Allreduce of the gradient, a ping-pong
-of 8 bytes and of the gradient (α and β), and a 64 MiB copy (each rank's copy rate with P copying). Predicted epoch = steps x the design's step from those:
+of 8 bytes and of the gradient (α and β), and a 64 MiB copy (each rank's copy rate, P copying).
+Predicted epoch = steps x the design's step from those:
 serial: its fused step; allreduce: gradient + Allreduce + update; node: the step without the first
 layer's gradient + its exchange (the errors through the window, its columns' update, two barriers);
 paramserver: gradient + 2 (P - 1) gradient-sized messages (the server serves the workers in turn);
@@ -44,7 +45,8 @@ this node's compute per sample and α, β. The model error is predicted ÷ measu
 same model calibrated on P ≤ max(1, min(4, cores / 2)) alone (every kernel as timed with the largest
 of those counts at once, slowed by the workflow model's contention: its streamed share by the drop
 in the copy rate at P; the link and the copy rate as measured at each P, as the workflow's model
-takes them from its microbenchmark) predicts the cells on more ranks, and only those are scored (the table's held-out column, with the median absolute error under it).
+takes them from its microbenchmark) predicts the cells on more ranks, and only those are scored
+(the table's held-out column, with the median absolute error under it).
 
 Prints a line per finished launch and rewrites the JSON (raw epoch times of every launch, the
 machine, the arguments, the date) and Markdown after every launch, so a run cut off keeps what
@@ -685,7 +687,8 @@ def _held_out_note(report: dict, table: list[dict]) -> list[str]:
         f"Held-out error: the model calibrated on P = {', '.join(map(str, seen))} alone (up to 4 ranks or half "
         f"the cores) predicts the cells on more ranks, each kernel timed with {max(seen)} rank(s) at once"
         + (", its streamed share slowed by the drop in the copy rate at the cell's P," if _copies(report) else "")
-        + " and the link (ping-pong, Allreduce) as measured at the cell's P; predicted ÷ measured − 1, on those cells only "
+        + " and the link (ping-pong, Allreduce) as measured at the cell's P; predicted ÷ measured − 1, on those "
+        "cells only "
         f"(the calibration's own are never scored). Median absolute error over the {len(errors)} held-out "
         f"cell(s): {100 * statistics.median(errors):.0f} %.",
     ]
