@@ -48,7 +48,7 @@ help:
 	@echo "  make numerics-lock    after an engine change: map the code to its numbers' fingerprint"
 	@echo "  make data-lock        after a data code change: map the code to its data's fingerprint"
 	@echo "  make benchmark        every benchmark (tables; bench.py writes benchmarks/results/)"
-	@echo "  make benchmark-node   every design at 1, 2, 4 ... all cores, beside the model and PyTorch DDP"
+	@echo "  make benchmark-node   every design at 1, 2, 4 ... up to the cores, beside the model and PyTorch DDP"
 	@echo "  make benchmark-auto   auto's launches of one experiment against the design it picks"
 	@echo "  make benchmark-nodes  on SLURM with 2 free nodes: a 2-rank run on one node against two"
 

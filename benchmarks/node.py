@@ -1,5 +1,5 @@
-"""Every design on 1, 2, 4, ... all the cores of one node, beside its calibrated model and DDP, on two
-named scaling axes, every speedup with its base and its 95 % interval over launches.
+"""Every design on 1 rank and the powers of two up to the cores of one node, beside its calibrated model
+and DDP, on two named scaling axes, every speedup with its base and its 95 % interval over launches.
 
 `make benchmark-node`, or on a bare checkout (a node lent for a few minutes: numpy, mpi4py, an MPI,
 pandas and threadpoolctl; no Snakemake, no venv): `PYTHONPATH=src python3 benchmarks/node.py`.
@@ -124,13 +124,17 @@ def main(argv=None) -> int:
     return 0
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults shown, except where the help says what an unset option means."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
-    p.add_argument(
-        "--ranks", type=int, nargs="+", help="rank counts beside serial (default: 2, 4, ... up to the cores)"
-    )
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()), formatter_class=_Help)
+    every = "rank counts beside serial (default: the powers of two from 2 up to the cores)"
+    p.add_argument("--ranks", type=int, nargs="+", help=every)
     p.add_argument("--designs", nargs="+", default=list(DESIGNS), choices=DESIGNS, help="designs beside serial")
     p.add_argument("--batches", type=int, nargs="+", default=[32, 4], help="per-rank batches (throughput axis)")
     p.add_argument(

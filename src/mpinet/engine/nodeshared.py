@@ -47,8 +47,8 @@ class NodeShared(FirstLayerFactors):
     """The global batch's SGD step, with one copy of the weights per node (the module's docstring).
     With `Comm(None)` or one rank it is serial SGD with the first layer's update from its factors."""
 
-    # every rank reads its 1/L of the columns of every row of the global batch: all ranks together
-    # read the batch once, as data-parallel ranks their shards (reads_all_rows stays False)
+    # every rank reads the columns of the blocks it claims, of every row of the global batch: all
+    # ranks together read the batch once, as data-parallel ranks their shards (reads_all_rows stays False)
 
     def __init__(self, comm: Comm, sizes: tuple[int, ...], batch: int, dtype):
         self.comm = comm
@@ -234,7 +234,7 @@ class NodeShared(FirstLayerFactors):
 
     def _leader_bytes(self, counts: list[int]) -> int:
         """What this rank sends between nodes a step: a leader its node's sum of the rests
-        (Allreduce) and its node's block of D (Allgatherv); nothing on one node or off the leaders."""
+        (Allgather) and its node's block of D (Allgatherv); nothing on one node or off the leaders."""
         if self.nodes == 1 or self.leaders is None:
             return 0
         mine = next(block for block in self.blocks if self.comm.rank in block)
