@@ -98,22 +98,27 @@ def run_train(
     return p
 
 
+def train_patched(ranks: int, patch: str, *args) -> None:
+    """The trainer on `ranks` ranks with `patch` (Python source: a delay, a recorder) run first in every
+    rank, its modules imported there (sys, time, MPI, the CLI as `cli`); the test fails unless it ends well."""
+    head = "import sys, time\nfrom mpi4py import MPI\nfrom mpinet import train as cli\n"
+    code = f"{head}{patch}\nsys.exit(cli.main({[str(a) for a in args]!r}))\n"
+    p = subprocess.run([*mpiexec_argv(ranks), sys.executable, "-c", code], capture_output=True, text=True, env=env())
+    assert p.returncode == 0, p.stderr[-2000:]
+
+
 def train_with_a_slow_rank(data: Path, out: Path, epochs: int, delay: float = 0.03) -> None:
     """Allreduce on 2 ranks, batch 2, rank 1 computing `delay` seconds longer every step: far above this
     machine's noise (a step of the tests' small data takes well under 1 ms)."""
-    code = (
-        "import sys, time\n"
-        "from mpi4py import MPI\n"
-        "from mpinet import train as cli\n"
+    patch = (
         "from mpinet.engine import loop\n"
         "if MPI.COMM_WORLD.Get_rank() == 1:\n"
         "    fast = loop._Run.compute\n"
         f"    loop._Run.compute = lambda *a: (time.sleep({delay}), fast(*a))[1]\n"
-        f"sys.exit(cli.main(['--data', '{data}', '--out', '{out}', "
-        f"'--algorithm', 'allreduce', '--epochs', '{epochs}', '--batch-size', '2']))\n"
     )
-    p = subprocess.run([*mpiexec_argv(2), sys.executable, "-c", code], capture_output=True, text=True, env=env())
-    assert p.returncode == 0, p.stderr[-2000:]
+    train_patched(
+        2, patch, "--data", data, "--out", out, "--algorithm", "allreduce", "--epochs", epochs, "--batch-size", 2
+    )
 
 
 def weights(out: Path) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import psutil
 import pytest
-from conftest import env, run_train, train_cmd, train_with_a_slow_rank, weights, write_dataset
+from conftest import env, run_train, train_cmd, train_patched, train_with_a_slow_rank, weights, write_dataset
 
 from mpinet import MpinetError
 from mpinet.datasets import dataset
@@ -691,10 +691,8 @@ def test_a_paced_rank_s_delay_lands_in_compute_and_the_others_wait_for_it(small_
     training rank's wait (for sharded and grid inside their compute's gather, for node at its barrier,
     for the workers at the server), and as no transfer, each within 10 % of the delay it took."""
     ranks, out, delay = PACED_RANKS[algorithm], tmp_path / "o", 0.15
-    code = (
-        "import atexit, sys, time\n"
-        "from mpi4py import MPI\n"
-        "from mpinet import train as cli\n"
+    patch = (
+        "import atexit\n"
         "from mpinet.engine import loop\n"
         "paced = [0.0]\n"
         "if MPI.COMM_WORLD.Get_rank() == 1:\n"
@@ -706,11 +704,10 @@ def test_a_paced_rank_s_delay_lands_in_compute_and_the_others_wait_for_it(small_
         "        return fast(*a)\n"
         "    loop._Run.compute = slow\n"
         f"    atexit.register(lambda: open('{tmp_path}/paced', 'w').write(str(paced[0])))\n"
-        f"sys.exit(cli.main(['--data', '{small_dataset}', '--out', '{out}', "
-        f"'--algorithm', '{algorithm}', '--epochs', '1', '--batch-size', '6']))\n"
     )
-    p = subprocess.run([*mpiexec_argv(ranks), sys.executable, "-c", code], capture_output=True, text=True, env=env())
-    assert p.returncode == 0, p.stderr[-2000:]
+    train_patched(
+        ranks, patch, "--data", small_dataset, "--out", out, "--algorithm", algorithm, "--epochs", 1, "--batch-size", 6
+    )
     paced = float((tmp_path / "paced").read_text())
     m = pd.read_csv(out / "metrics.csv").iloc[0]
     trains = ranks - (algorithm == "paramserver")  # means over the ranks that train
@@ -729,17 +726,13 @@ def test_node_counts_its_update_as_compute_and_its_barriers_as_communication(sma
     """node's first-layer update runs inside its exchange: a delay put into that update on every rank
     lands in compute_s, not in comm_s (the split rule of every other design: kernels are compute)."""
     delay, steps = 0.05, 60 // 4  # 60 samples, a global batch of 2 x 2
-    code = (
-        "import sys, time\n"
-        "from mpinet import train as cli\n"
+    patch = (
         "from mpinet.engine import nodeshared\n"
         "update = nodeshared.NodeShared._update_columns\n"
         f"nodeshared.NodeShared._update_columns = lambda *a: (time.sleep({delay}), update(*a))[1]\n"
-        f"sys.exit(cli.main(['--data', '{small_dataset}', '--out', '{tmp_path / 'o'}', "
-        "'--algorithm', 'node', '--epochs', '2', '--batch-size', '2']))\n"
     )
-    p = subprocess.run([*mpiexec_argv(2), sys.executable, "-c", code], capture_output=True, text=True, env=env())
-    assert p.returncode == 0, p.stderr[-2000:]
+    args = ("--data", small_dataset, "--out", tmp_path / "o", "--algorithm", "node", "--epochs", 2, "--batch-size", 2)
+    train_patched(2, patch, *args)
     m = pd.read_csv(tmp_path / "o" / "metrics.csv")
     assert (m["compute_s"] >= steps * delay).all(), m  # every step's delayed update, on every rank
     assert (m["comm_s"] < steps * delay / 2).all(), m  # the barriers and writes alone
@@ -754,10 +747,8 @@ def test_node_shares_its_update_by_claims_so_a_slow_rank_takes_fewer_blocks_and_
     data = write_dataset(tmp_path / "wide", dim=48)
 
     def run(out, delay):
-        code = (
-            "import atexit, json, sys, time\n"
-            "from mpi4py import MPI\n"
-            "from mpinet import train as cli\n"
+        patch = (
+            "import atexit, json\n"
             "from mpinet.engine import nodeshared\n"
             "rank, taken, rounds = MPI.COMM_WORLD.Get_rank(), [], []\n"
             "init, take = nodeshared.NodeShared.__init__, nodeshared.Claims.take\n"
@@ -772,11 +763,10 @@ def test_node_shares_its_update_by_claims_so_a_slow_rank_takes_fewer_blocks_and_
             "        yield item\n"
             "nodeshared.NodeShared.__init__, nodeshared.Claims.take = small_blocks, slow\n"
             f"atexit.register(lambda: open(f'{out}.{{rank}}.json', 'w').write(json.dumps([taken, rounds])))\n"
-            f"sys.exit(cli.main(['--data', '{data}', '--out', '{out}', '--algorithm', 'node', "
-            "'--epochs', '2', '--batch-size', '2', '--dtype', 'float64']))\n"
         )
-        p = subprocess.run([*mpiexec_argv(2), sys.executable, "-c", code], capture_output=True, text=True, env=env())
-        assert p.returncode == 0, p.stderr[-2000:]
+        args = ("--data", data, "--out", out, "--algorithm", "node", "--epochs", 2, "--batch-size", 2)
+        args += ("--dtype", "float64")
+        train_patched(2, patch, *args)
         return [json.loads(Path(f"{out}.{r}.json").read_text()) for r in (0, 1)]
 
     even = run(tmp_path / "even", 0.0)
