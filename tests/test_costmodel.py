@@ -10,6 +10,7 @@ import pytest
 
 from mpinet.analysis.costmodel import (
     COMPUTE_KEYS,
+    FIT_KEYS,
     Link,
     Timed,
     Work,
@@ -25,7 +26,9 @@ from mpinet.analysis.costmodel import (
     model_error,
     n_params,
     paramserver_step_seconds,
+    per_sample_at,
     predict,
+    predicted_epochs,
 )
 from mpinet.engine.options import COMPUTE_OPTIONS, NOT_COMPUTE, Options
 
@@ -260,6 +263,46 @@ def test_predictions_cover_the_designs_a_study_ran_and_every_rank_count_with_spe
     assert free.loc[32, "speedup"] == pytest.approx(32)  # nothing to pay for talking: linear
     here = table[(table["link"] == "here") & (table["algorithm"] == "allreduce")].set_index("ranks")
     assert here.loc[32, "efficiency"] < here.loc[2, "efficiency"]
+
+
+def test_a_batch_no_one_rank_run_measured_is_read_between_the_batches_that_were():
+    """A fixed global batch's G/P a rank: a step's seconds on the line between the nearest fitted
+    batches (a fixed overhead plus its samples); past them, the nearest batch's seconds per sample."""
+    runs = pd.concat([_runs(per_sample=3e-5).assign(batch_size=4), _runs(per_sample=1e-5).assign(batch_size=12)])
+    compute = fit_compute(runs)
+    key = dict(zip(FIT_KEYS, next(iter(compute))))
+
+    def at(batch, **other):
+        return per_sample_at(compute, tuple({**key, "batch_size": batch, **other}[k] for k in FIT_KEYS))
+
+    step4, step12 = 4 * 3.15e-5, 12 * 1.05e-5  # the medians of serial's and the 1-rank design's
+    assert at(4) == pytest.approx(3.15e-5) and at(12) == pytest.approx(1.05e-5)
+    assert at(6) == pytest.approx((step4 + (step12 - step4) * 2 / 8) / 6)
+    assert at(2) == at(4) and at(64) == at(12)
+    assert at(6, hidden="99") is None  # no batch of that net was measured
+
+
+def test_a_fixed_global_batch_is_predicted_at_every_count_that_divides_it_against_serial_at_that_batch():
+    serial_at_12 = _runs(per_sample=1e-5).assign(batch_size=12).iloc[:1]
+    split = serial_at_12.assign(algorithm="allreduce", ranks=2, batch_size=6)
+    runs = pd.concat([_runs(per_sample=3e-5).assign(batch_size=4), serial_at_12, split], ignore_index=True)
+    link = Link(1e-5, 1e-9)
+    table = predict(runs, {"here": link}, range(1, 9))
+    fixed = table[table["scaling"] == "global"].set_index("ranks")
+    assert set(fixed["global_batch"]) == {12} and list(fixed.index) == [1, 2, 3, 4, 6]  # 5, 7, 8 split no 12
+    assert list(fixed["batch_size"]) == [12, 6, 4, 3, 2]
+    work = Work(1000, 3, per_sample_at(fit_compute(runs), _key(runs, batch_size=3)), (100, 10, 3), 4)
+    assert fixed.loc[4, "epoch_s"] == pytest.approx(epoch_seconds("allreduce", 4, work, link))
+    assert fixed.loc[4, "speedup"] == pytest.approx(1e-5 * 1000 / fixed.loc[4, "epoch_s"])
+    # the split run itself gets a prediction, from the batches around its 6
+    assert np.isfinite(predicted_epochs(runs, link).iloc[-1])
+    assert set(table[table["scaling"] == "strong"]["batch_size"]) == {4, 6, 12}
+
+
+def _key(runs, **at):
+    """A run's FIT_KEYS key (the model's compute table's), with some columns changed."""
+    row = {**runs.iloc[0].to_dict(), "timed_by": "unknown", **at}
+    return tuple(row[k] for k in FIT_KEYS)
 
 
 def test_without_a_one_rank_run_the_model_predicts_nothing_but_keeps_its_columns(tmp_path):

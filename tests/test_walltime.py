@@ -49,8 +49,11 @@ def test_the_calibrated_model_prices_compute_from_1_rank_runs_and_the_exchange_f
     )
     assert e.source == "cost model" and e.epochs == 10
     assert e.epoch_s == pytest.approx(train + per_sample / 3 * SHAPE["test_samples"] / 2)
-    assert walltime.from_model({**ROW, "batch_size": 32}, SHAPE, runs, link) is None  # no such 1-rank run
-    assert walltime.estimate({**ROW, "batch_size": 32}, SHAPE, None, runs, link).source == "uncalibrated"
+    # another batch of the same net: its per sample held past the one batch measured (costmodel.per_sample_at)
+    wider = walltime.from_model({**ROW, "batch_size": 32}, SHAPE, runs, link)
+    assert wider.source == "cost model" and wider.epoch_s < e.epoch_s  # 8x fewer exchanges
+    assert walltime.from_model({**ROW, "hidden": [64]}, SHAPE, runs, link) is None  # no run of that net
+    assert walltime.estimate({**ROW, "hidden": [64]}, SHAPE, None, runs, link).source == "uncalibrated"
 
 
 def test_the_uncalibrated_bound_grows_with_the_network_and_serialises_the_server():

@@ -314,6 +314,7 @@ def add_model(runs: pd.DataFrame, bench: pd.DataFrame) -> tuple[pd.DataFrame, pd
         collectives,
         fitted,
         measured_link,
+        model_error,
         predict,
         predicted_epochs,
     )
@@ -321,8 +322,7 @@ def add_model(runs: pd.DataFrame, bench: pd.DataFrame) -> tuple[pd.DataFrame, pd
     measured = measured_link(bench)
     runs = runs.copy()
     runs["model_epoch_s"] = predicted_epochs(runs, measured)
-    # predicted ÷ measured − 1, on the runs the model was not fitted on (costmodel.fitted)
-    runs["model_error"] = (runs["model_epoch_s"] / runs["median_epoch_s"] - 1).where(~fitted(runs))
+    runs["model_error"] = model_error(runs, measured, runs["model_epoch_s"])
     # the model's exchange alone against the measured transfer (the wait for a slower rank taken out)
     exchange = runs["model_epoch_s"] - predicted_epochs(runs, Link(0.0, 0.0))
     runs["model_transfer_error"] = (exchange / runs["median_transfer_s"] - 1).where(

@@ -46,7 +46,7 @@ from mpinet.engine.designs import AUTO, possible
 from mpinet.engine.grid import ROW_PASSES, WEIGHT_PASSES, grid_shape
 from mpinet.engine.model import Net
 from mpinet.engine.options import ALGORITHMS, COMPUTE_OPTIONS, data_ranks
-from mpinet.study.experiments import hidden_sizes
+from mpinet.study.experiments import global_batches, hidden_sizes
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,26 @@ def fit_compute(runs: pd.DataFrame) -> dict:
 COMPUTE_KEYS = ["dataset", *COMPUTE_OPTIONS]
 # and the engine that timed them: one engine's 1-rank runs never predict another's (runs.csv's timed_by)
 FIT_KEYS = [*COMPUTE_KEYS, "timed_by"]
+_BATCH = FIT_KEYS.index("batch_size")
+
+
+def per_sample_at(compute: dict, key: tuple) -> float | None:
+    """Seconds of compute per sample for a FIT_KEYS key (a fit_compute table): as fitted at its batch.
+    At a batch no 1-rank run measured (a fixed global batch's G/P a rank), a step's seconds read on
+    the line between the nearest fitted batches below and above it (a step pays a fixed overhead
+    plus its samples); below or above every fitted batch, the nearest one's seconds per sample. None
+    when no batch of that configuration was fitted."""
+    if key in compute:
+        return compute[key]
+    batch, rest = key[_BATCH], key[:_BATCH] + key[_BATCH + 1 :]
+    fitted_at = {k[_BATCH]: v for k, v in compute.items() if k[:_BATCH] + k[_BATCH + 1 :] == rest}
+    below = [b for b in fitted_at if b < batch]
+    above = [b for b in fitted_at if b > batch]
+    if not below or not above:
+        return fitted_at[max(below) if below else min(above)] if fitted_at else None
+    lo, hi = max(below), min(above)
+    step = np.interp(batch, [lo, hi], [fitted_at[lo] * lo, fitted_at[hi] * hi])
+    return float(step / batch)
 
 
 def _with_table_columns(runs: pd.DataFrame) -> pd.DataFrame:
@@ -314,7 +334,7 @@ def layer_sizes(features: int, hidden: str, classes: int) -> tuple[int, ...]:
 
 def _work(run, compute: dict) -> Work | None:
     """A run's Work, or None when no 1-rank run measured its compute."""
-    per_sample = compute.get(tuple(run.get(k, "unknown") for k in FIT_KEYS))
+    per_sample = per_sample_at(compute, tuple(run.get(k, "unknown") for k in FIT_KEYS))
     if per_sample is None:
         return None
     sizes = layer_sizes(run["features"], run["hidden"], run["classes"])
@@ -324,9 +344,11 @@ def _work(run, compute: dict) -> Work | None:
 def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
     """Predicted epoch time of the designs the runs ran (the original's two when they ran only
     serial) at every rank count, for each configuration the runs measured and each link (name ->
-    Link): strong scaling (speedup and efficiency on the run's training set) or, for
-    samples_per_rank runs, weak scaling (the 1-rank epoch with K samples over the P-rank epoch with
-    K per training rank)."""
+    Link): throughput scaling ("strong": speedup and efficiency at the run's batch per rank on its
+    training set), weak scaling for samples_per_rank runs (the 1-rank epoch with K samples over the
+    P-rank epoch with K per training rank), and each fixed global batch G the runs split over ranks
+    and a 1-rank run measured ("global": at every P whose training ranks divide G, G/P a rank,
+    against the 1-rank epoch at G)."""
     compute = fit_compute(runs)
     rows = []
     runs = _with_table_columns(runs)
@@ -336,7 +358,9 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
     configs = runs.assign(trained_samples=runs["trained_samples"].where(~weak_runs, 0)).drop_duplicates(
         subset=[k for k in keys if k in runs]
     )
-    for _, c in configs.iterrows():
+    axes = [(c, "weak" if c.get("samples_per_rank", 0) else "strong") for _, c in configs.iterrows()]
+    axes += [(c, "global") for _, c in _global_axes(runs[~weak_runs], compute).iterrows()]
+    for c, scaling in axes:
         if (work := _work(c, compute)) is None:
             continue
         per_rank = int(c.get("samples_per_rank", 0) or 0)
@@ -347,13 +371,21 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
                 for p in rank_counts:
                     if algorithm == "paramserver" and p < 2:
                         continue
-                    samples = per_rank * data_ranks(algorithm, p) if per_rank else work.samples
-                    t = epoch_seconds(algorithm, p, replace(work, samples=samples), link, c["sync_every"])
+                    workers = data_ranks(algorithm, p)
+                    at = work
+                    if scaling == "global":  # G/P a rank, or no such run
+                        if c["batch_size"] % workers:
+                            continue
+                        at = _work({**c.to_dict(), "batch_size": c["batch_size"] // workers}, compute)
+                    samples = per_rank * workers if per_rank else work.samples
+                    t = epoch_seconds(algorithm, p, replace(at, samples=samples), link, c["sync_every"])
                     rows.append(
                         {
                             **{k: c[k] for k in FIT_KEYS},
+                            "batch_size": at.batch_size,
+                            "global_batch": at.batch_size * workers,
                             "sync_every": c["sync_every"],
-                            "scaling": "weak" if per_rank else "strong",
+                            "scaling": scaling,
                             "trained_samples": samples,
                             "samples_per_rank": per_rank,
                             "link": name,
@@ -369,6 +401,18 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=MODEL_COLUMNS)
 
 
+def _global_axes(runs: pd.DataFrame, compute: dict) -> pd.DataFrame:
+    """One row per fixed global batch G the runs hold, its batch_size set to G: a run whose training
+    ranks split G, of a configuration a 1-rank run measured at G (the axis's base)."""
+    runs = runs.assign(global_batch=global_batches(runs))
+    split = runs[runs["global_batch"] > runs["batch_size"]]
+    axes = split.assign(batch_size=split["global_batch"]).drop_duplicates(
+        subset=[*FIT_KEYS, "sync_every", "features", "classes", "trained_samples"]
+    )
+    based = [tuple(r[k] for k in FIT_KEYS) in compute for _, r in axes.iterrows()]
+    return axes[pd.Series(based, index=axes.index, dtype=bool)]
+
+
 def _designs(runs: pd.DataFrame) -> list[str]:
     """The designs to predict for a dataset: those its runs ran, or the original's two when they
     ran only serial."""
@@ -378,6 +422,7 @@ def _designs(runs: pd.DataFrame) -> list[str]:
 
 MODEL_COLUMNS = [
     *FIT_KEYS,
+    "global_batch",
     "sync_every",
     "scaling",
     "trained_samples",
@@ -403,10 +448,12 @@ def predicted_epochs(runs: pd.DataFrame, link: Link) -> pd.Series:
     return pd.Series(out, index=runs.index, dtype=float)
 
 
-def model_error(runs: pd.DataFrame, link: Link) -> pd.Series:
+def model_error(runs: pd.DataFrame, link: Link, predicted: pd.Series | None = None) -> pd.Series:
     """predicted ÷ measured − 1 of the median epoch time (the one sign convention: + when the model
-    predicts too slow) of every run the model was not fitted on; NaN on the fitted ones."""
-    return (predicted_epochs(runs, link) / runs["median_epoch_s"] - 1).where(~fitted(runs))
+    predicts too slow) of every run the model was not fitted on; NaN on the fitted ones. `predicted`:
+    predicted_epochs(runs, link), where the caller has them."""
+    predicted = predicted_epochs(runs, link) if predicted is None else predicted
+    return (predicted / runs["median_epoch_s"] - 1).where(~fitted(runs))
 
 
 # --- the microbenchmark -------------------------------------------------------------------

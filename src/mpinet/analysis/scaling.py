@@ -77,7 +77,7 @@ def scaling(
     ranks = {*runs["ranks"]}
     with_model = model is not None and len(model) > 0
     if with_model:
-        _model_panels(model, (speed, eff), weak_ax, ranks)
+        _model_panels(model, (speed, eff), weak_ax, global_ax, ranks)
         ranks |= {4, 8, 16, 32}
     if original:
         _original_markers(speed)
@@ -313,27 +313,30 @@ def _speedup_panels(axes, df: pd.DataFrame, variants: list[str]) -> None:
         axes[0].plot([], [], "x", color="black", ls="none", label="more ranks than cores")
 
 
-def _model_panels(model: pd.DataFrame, strong: tuple, weak_ax, measured: set) -> None:
-    """The model's lines in the throughput panels (`strong`) and the weak-scaling panel (if drawn)."""
+def _model_panels(model: pd.DataFrame, strong: tuple, weak_ax, global_ax, measured: set) -> None:
+    """The model's lines in the throughput panels (`strong`), the weak-scaling panel and the fixed
+    global batch's (where drawn)."""
     scaled = model["scaling"] if "scaling" in model else pd.Series("strong", index=model.index)
     # one legend entry per design for all its lines (a label differing by panel would be two)
-    mine = model[model["link"] == "measured here"]
+    mine = model[(model["link"] == "measured here") & (scaled != "global")]
     several = bool((mine.groupby(["algorithm", "ranks"]).size() > 1).any())
     note = "; a line per batch and training set" if several else ""
-    _model_lines(strong, model[scaled == "strong"], ("speedup", "efficiency"), measured, note)
-    if weak_ax is not None:
-        _model_lines([weak_ax], model[scaled == "weak"], ("weak_efficiency",), measured, note)
-
-
-def _model_lines(axes, model: pd.DataFrame, measures: tuple[str, ...], measured: set, note: str) -> None:
-    """The cost model with this machine's alpha and beta, to 32 ranks: lines under the measured points,
-    through the powers of two and the rank counts measured (between them MPI's collectives switch
-    algorithms at every power of two, and a line through every count zig-zags)."""
-    mine = model[model["link"] == "measured here"]
     keys = [*COMPUTE_KEYS, "sync_every", "trained_samples", "samples_per_rank"]
-    configs = mine.groupby(
-        [k for k in keys if k in mine and (k != "trained_samples" or measures[0] != "weak_efficiency")]
-    )
+    _model_lines(strong, model[scaled == "strong"], ("speedup", "efficiency"), keys, measured, note)
+    if weak_ax is not None:  # a weak line's training set grows with its ranks
+        weak = [k for k in keys if k != "trained_samples"]
+        _model_lines([weak_ax], model[scaled == "weak"], ("weak_efficiency",), weak, measured, note)
+    if global_ax is not None:  # a global line's batch per rank shrinks as its ranks grow
+        fixed = [*(k for k in keys if k != "batch_size"), "global_batch"]
+        _model_lines([global_ax], model[scaled == "global"], ("speedup",), fixed, measured, note)
+
+
+def _model_lines(axes, model: pd.DataFrame, measures: tuple[str, ...], keys, measured: set, note: str) -> None:
+    """The cost model with this machine's alpha and beta, to 32 ranks: a line per configuration (keys)
+    under the measured points, through the powers of two and the rank counts measured (between them
+    MPI's collectives switch algorithms at every power of two, and a line through every count zig-zags)."""
+    mine = model[model["link"] == "measured here"]
+    configs = mine.groupby([k for k in keys if k in mine])
     shown = mine["ranks"].isin({1 << k for k in range(8)} | measured)
     for i, (_, config) in enumerate(configs):
         for algorithm, line in config[shown.loc[config.index]].groupby("algorithm"):

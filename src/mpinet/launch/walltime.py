@@ -7,7 +7,8 @@ source first:
 1. the same experiment's earlier epochs (its checkpoint, when a run was interrupted): the median
    epoch (training + evaluation) times the epochs still to run;
 2. the calibrated cost model (mpinet.analysis.costmodel), from the study's earlier runs.csv and commbench.csv:
-   compute per sample measured by 1-rank runs of the same configuration, plus the exchanges;
+   compute per sample measured by 1-rank runs of the same configuration (read between the batches
+   they ran, costmodel.per_sample_at), plus the exchanges;
 3. an uncalibrated bound from the network's size: 6 floating-point operations per parameter and
    training sample (forward, backward, update) at UNCALIBRATED_FLOPS, and PER_STEP_S of Python per
    step, whichever is larger (small networks are bound by the steps, large ones by the arithmetic).
@@ -64,13 +65,13 @@ def from_checkpoint(checkpoint: Path, epochs: int) -> Estimate | None:
 def from_model(row: dict, shape: dict, runs: pd.DataFrame, link: costmodel.Link | None) -> Estimate | None:
     """From the calibrated cost model: `runs` is a study's runs.csv, `shape` the data's sizes
     (train_samples trained on, test_samples, features, classes). None without a 1-rank run of the
-    same configuration."""
+    same configuration at some batch."""
     if runs is None or runs.empty or link is None:
         return None
     run = {**row, **shape, "hidden": hidden_text(row["hidden"])}
     # a time limit, not a result: every engine's 1-rank runs count
     compute = costmodel.fit_compute(runs.assign(timed_by="any"))
-    per_sample = compute.get((*(run[k] for k in costmodel.COMPUTE_KEYS), "any"))
+    per_sample = costmodel.per_sample_at(compute, (*(run[k] for k in costmodel.COMPUTE_KEYS), "any"))
     if per_sample is None or not np.isfinite(per_sample):
         return None
     sizes = costmodel.layer_sizes(shape["features"], run["hidden"], shape["classes"])
