@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     return 0
 
 
-class _Help(argparse.ArgumentDefaultsHelpFormatter):
+class Help(argparse.ArgumentDefaultsHelpFormatter):
     """Defaults shown, except where the help says what an unset option means."""
 
     def _get_help_string(self, action):
@@ -132,7 +132,7 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()), formatter_class=_Help)
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()), formatter_class=Help)
     every = "rank counts beside serial (default: the powers of two from 2 up to the cores)"
     p.add_argument("--ranks", type=int, nargs="+", help=every)
     p.add_argument("--designs", nargs="+", default=list(DESIGNS), choices=DESIGNS, help="designs beside serial")

@@ -12,6 +12,7 @@ from docutils.core import publish_string
 from mpinet import MpinetError
 from mpinet.analysis.aggregate import summarize_runs
 from mpinet.analysis.baselines import cpu_contention, reason_kinds
+from mpinet.analysis.costmodel import held_out_error, scored
 from mpinet.analysis.intervals import unsettled
 from mpinet.analysis.summary import headline_rst
 from mpinet.study.experiments import DEFAULTS, expand_sweeps
@@ -272,3 +273,31 @@ def test_an_auto_run_is_charged_its_experiment_s_trials_and_grouped_by_the_desig
     assert run["median_epoch_s"] == 1.0 and run["charged_epoch_s"] == pytest.approx(1.2)  # 0.6 s over 3 epochs
     assert run["speedup"] == pytest.approx(2.0 / 1.2) and run["speedup_ci_high"] == pytest.approx(2.0 / 1.2)
     assert (runs.loc[["auto-2-b4-s1-r1", "auto-2-b4-s1-r2"], "ci_launches"] == 1).all()  # two designs: apart
+
+
+def test_the_front_page_scores_the_model_on_runs_it_was_not_fitted_on_with_a_core_each(tmp_path):
+    """costmodel.held_out_error: the 1-rank runs are the model's input and a contended or
+    oversubscribed run is priced as if it had a core per rank, so neither is scored; the line says how
+    many were left out."""
+    runs = _table(
+        _run("serial", 1, 4, 2.0),
+        _run("allreduce", 2, 4, 1.2),
+        _run("allreduce", 2, 4, 1.0, repeat=2),
+        _run("allreduce", 2, 4, 2.0, cpu_share=0.4, repeat=3),  # contended
+    ).reset_index()
+    runs["model_error"] = [float("nan"), -0.2, 0.1, -0.6]
+    assert list(scored(runs)) == [False, True, True, False]
+    assert held_out_error(runs) == {
+        "cells": 2,
+        "median_abs": pytest.approx(0.15),
+        "low": -0.2,
+        "high": 0.1,
+        "left_out": 1,
+    }
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    page = headline_rst(tmp_path / "runs.csv", "A description.", "s")
+    line = next(line for line in page.splitlines() if line.startswith("**Cost model**"))
+    assert "**15 %** over the 2 run(s)" in line and "from -20 to +10 %" in line and "1 more on several" in line
+    assert _render(page) == ""
+    runs.assign(model_error=float("nan")).to_csv(tmp_path / "runs.csv", index=False)
+    assert "no run on several ranks to score it on" in headline_rst(tmp_path / "runs.csv", "A description.", "s")

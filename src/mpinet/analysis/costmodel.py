@@ -118,6 +118,32 @@ def fit_link(nbytes, seconds, source: str = "") -> Link:
     return Link(max(alpha, 0.0), beta, source)
 
 
+def scored(runs: pd.DataFrame) -> pd.Series:
+    """The runs an error statistic of the model counts (runs.csv's columns): one it was not fitted on
+    and could price, timed alone, every rank with a core of its own (not contended, no more ranks than
+    cores). The model prices a core per rank on a quiet machine: what a busy one adds is not its error."""
+    alone = runs["isolated"].astype(bool) if "isolated" in runs else True
+    busy = (runs["contention"] == "contended") if "contention" in runs else False
+    crowded = runs["oversubscribed"].astype(bool) if "oversubscribed" in runs else False
+    return ~fitted(runs) & runs["model_error"].notna() & alone & ~busy & ~crowded
+
+
+def held_out_error(runs: pd.DataFrame) -> dict:
+    """The model's error (model_error) over the scored runs: how many, the median absolute error, the
+    lowest and highest, and how many other runs on more ranks were left out."""
+    errors = runs.loc[scored(runs), "model_error"]
+    left = int((~fitted(runs) & runs["model_error"].notna()).sum()) - len(errors)
+    if errors.empty:
+        return {"cells": 0, "left_out": left}
+    return {
+        "cells": len(errors),
+        "median_abs": float(errors.abs().median()),
+        "low": float(errors.min()),
+        "high": float(errors.max()),
+        "left_out": left,
+    }
+
+
 def fitted(runs: pd.DataFrame) -> pd.Series:
     """The runs the model is fitted on (their compute per sample is its input): the 1-rank runs, serial or
     a design on 1 rank. Its error on them is 0 by construction, so no error statistic counts them."""

@@ -7,6 +7,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from mpinet.analysis.baselines import CLEAN_CPU_SHARE, has_speedup, notes, quotable, reason_kinds, serial_runs
+from mpinet.analysis.costmodel import held_out_error
 from mpinet.analysis.environment import environment_rst
 from mpinet.analysis.references import breach_lines, verdict_line
 from mpinet.study.experiments import varying
@@ -144,8 +145,28 @@ def headline_rst(
         else []
     )
     left = _left_out(runs)
-    parts = [*lines, "", note, "", *left, *mixed, *_references_rst(references), *where, description]
+    model = [_model_line(runs), ""] if "model_error" in runs else []
+    parts = [*lines, "", note, "", *left, *model, *mixed, *_references_rst(references), *where, description]
     return "\n".join(parts)
+
+
+def _model_line(runs: pd.DataFrame) -> str:
+    """How near the cost model came to the runs it was not fitted on (costmodel.held_out_error)."""
+    e = held_out_error(runs)
+    left = (
+        f" {e['left_out']} more on several ranks are not scored (not timed alone, contended or more ranks "
+        "than cores: the model prices a core per rank on a quiet machine)."
+        if e["left_out"]
+        else ""
+    )
+    if not e["cells"]:
+        return f"**Cost model**: no run on several ranks to score it on.{left}"
+    return (
+        f"**Cost model** (fitted on the 1-rank runs and this machine's link): median absolute error "
+        f"**{100 * e['median_abs']:.0f} %** over the {e['cells']} run(s) on several ranks it was not fitted on "
+        f"(predicted ÷ measured − 1 from {100 * e['low']:+.0f} to {100 * e['high']:+.0f} %; "
+        f"runs.csv's model_error).{left}"
+    )
 
 
 def headline_rows(runs: pd.DataFrame) -> list[tuple]:
