@@ -148,6 +148,7 @@ def from_study(study: Path) -> dict:
     return {
         "date": date.today().isoformat(),
         "study": study.name,
+        "mpinet": str(env.get("mpinet", "?")),  # the release that trained and aggregated it
         "machine": machine,
         "commit": commit,
         "cells": json.loads(cells.to_json(orient="records")),
@@ -161,7 +162,8 @@ def markdown(report: dict) -> str:
     order = ["dataset", "faithful", "train_samples", "samples_per_rank", "algorithm", "ranks", "global_batch", "seed"]
     shown = cells[scored(cells)].sort_values([*order, "repeat"])
     lines = [
-        f"Study `{report['study']}` on {report['machine']}; {report['date']}, mpinet {report['commit'][:10]}.",
+        f"Study `{report['study']}` (mpinet {report['mpinet']}) on {report['machine']}; scored {report['date']} "
+        f"at {report['commit'][:10]}.",
         "",
         "| dataset | variant | design | ranks | batch/rank | global batch | seed | measured epoch ms | model epoch ms "
         "| error |",

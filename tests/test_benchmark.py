@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import REPO, env
 
@@ -417,3 +418,48 @@ def test_the_docs_auto_table_is_generated_from_its_committed_json():
     assert report["machine"]["machine"] and report["verdict"] == auto.verdict(report)
     body = section[section.index("\n") + 1 : section.index(_node().END)]
     assert body == "\n" + auto.markdown(report) + "\n"
+
+
+def test_a_finished_study_s_model_error_is_written_with_its_machine_and_scored_as_the_front_page_scores_it(
+    tmp_path,
+):
+    """model_accuracy.py --from-study: every run on several ranks the model priced, the machine from the
+    study's environment.csv; the table lists the scored runs and the median the report gives."""
+    from mpinet.analysis.costmodel import held_out_error
+
+    model = _benchmark("model_accuracy")
+    metrics = tmp_path / "s" / "metrics"
+    metrics.mkdir(parents=True)
+    base = dict(dataset="iris", global_batch=8, seed=1, repeat=1, faithful=False, train_samples=0, samples_per_rank=0)
+    base |= dict(batch_size=4, median_epoch_s=0.01, isolated=True, contention="clean", oversubscribed=False)
+    rows = [
+        dict(base, algorithm="serial", ranks=1, model_epoch_s=0.01, model_error=float("nan")),
+        dict(base, algorithm="allreduce", ranks=2, model_epoch_s=0.008, model_error=-0.2),
+        dict(base, algorithm="allreduce", ranks=2, seed=2, model_epoch_s=0.011, model_error=0.1, faithful=True),
+        dict(base, algorithm="allreduce", ranks=3, model_epoch_s=0.002, model_error=-0.8, oversubscribed=True),
+    ]
+    pd.DataFrame(rows).to_csv(metrics / "runs.csv", index=False)
+    env = [("cpu", "CPU X"), ("cores", 2), ("mpi", "MPICH 5"), ("blas", "openblas"), ("python", "3.11")]
+    pd.DataFrame(env, columns=["field", "value"]).assign(runs=4).to_csv(metrics / "environment.csv", index=False)
+    report = model.from_study(tmp_path / "s")
+    assert report["study"] == "s" and report["machine"].startswith("CPU X; openblas; MPICH 5; 2 cores")
+    assert [c["ranks"] for c in report["cells"]] == [2, 2, 3]
+    assert held_out_error(pd.DataFrame(report["cells"]))["median_abs"] == pytest.approx(0.15)
+    text = model.markdown(json.loads(json.dumps(report)))
+    assert "| iris | - | allreduce | 2 | 4 | 8 | 1 | 10.00 | 8.00 | -20 % |" in text
+    assert "| iris | faithful | allreduce | 2 | 4 | 8 | 2 | 10.00 | 11.00 | +10 % |" in text
+    assert "over these 2 runs: **15 %**; 1 more" in text and "| 3 |" not in text
+
+
+def test_the_docs_model_table_is_generated_from_its_committed_json():
+    """docs/performance.md's table of the report's model on a study is the generator's output of the
+    JSON committed beside it (docs/data/model/)."""
+    model = _benchmark("model_accuracy")
+    doc = (REPO / "docs" / "performance.md").read_text()
+    sections = doc.split(model.BEGIN)[1:]
+    assert sections, "docs/performance.md has no generated model table"
+    for section in sections:
+        path = section.split()[0]
+        assert path.startswith("docs/data/model/")
+        body = section[section.index("\n") + 1 : section.index(_node().END)]
+        assert body == "\n" + model.markdown(json.loads((REPO / path).read_text())) + "\n"
