@@ -16,7 +16,7 @@ STUDY = $$(python -m mpinet.study.status study $(CONFIG))
 export PATH := $(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test-local test-cluster test-site setup-openmpi study-config tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-auto benchmark-nodes install-profile clean help
+.PHONY: test-local test-cluster test-site setup-openmpi study-config tag retime numerics-lock data-lock docs test-fast test-mpi setup run slurm-run slurm-pilot slurm-pack status leftovers compare check squeue report test lint benchmark benchmark-node benchmark-auto benchmark-nodes lent-wheels install-profile clean help
 
 help:
 	@echo "Run a study (CONFIG=$(CONFIG); results/<study>/):"
@@ -51,6 +51,7 @@ help:
 	@echo "  make benchmark-node   every design at 1, 2, 4 ... up to the cores, beside the model and PyTorch DDP"
 	@echo "  make benchmark-auto   auto's launches of one experiment against the design it picks"
 	@echo "  make benchmark-nodes  on SLURM with 2 free nodes: a 2-rank run on one node against two"
+	@echo "  make lent-wheels      .wheels/ for benchmarks/lent_node.sh on a machine without MPI (LENT_PYTHON=3.12)"
 
 setup: $(STAMP)
 
@@ -219,6 +220,16 @@ benchmark: setup
 # bare checkout without make: PYTHONPATH=src python3 benchmarks/node.py (docs/performance.md)
 benchmark-node: setup
 	$(UNSET_OPENBLAS) python benchmarks/node.py
+
+# the wheels benchmarks/lent_node.sh unpacks on a lent machine with no MPI and no package index, for
+# that machine's Python (LENT_PYTHON): the MPI of mpi/mpich.txt, mpi4py and threadpoolctl as pinned
+LENT_PYTHON ?= 3.12
+lent-wheels: setup
+	rm -rf .wheels
+	python -m pip download --quiet --only-binary=:all: --no-deps --python-version $(LENT_PYTHON) \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 \
+		-d .wheels -r mpi/mpich.txt $$(grep -E '^(mpi4py|threadpoolctl)==' requirements.txt)
+	@ls .wheels
 
 # auto's launches of one experiment: one design, the same weights, its reported time against the design's
 benchmark-auto: setup

@@ -463,3 +463,30 @@ def test_the_docs_model_table_is_generated_from_its_committed_json():
         assert path.startswith("docs/data/model/")
         body = section[section.index("\n") + 1 : section.index(_node().END)]
         assert body == "\n" + model.markdown(json.loads((REPO / path).read_text())) + "\n"
+
+
+def test_the_lent_node_script_unpacks_the_wheels_it_is_given_and_refuses_a_folder_without_them(tmp_path):
+    """benchmarks/lent_node.sh on a machine with no MPI: the wheels' programs keep their execute bits,
+    MPICH's bin/ comes first on PATH and the unpacked packages import (fake wheels: a `mpiexec` that
+    says its version, an mpi4py that says its own); node.py then runs with the script's arguments."""
+    import stat
+    import zipfile
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "mpich-9.9-py3-none-any.whl", "w") as z:
+        info = zipfile.ZipInfo("mpich-9.9.data/data/bin/mpiexec")
+        info.external_attr = (stat.S_IFREG | 0o755) << 16
+        z.writestr(info, "#!/bin/sh\necho 'HYDRA build details:'\necho '    Version:     9.9'\n")
+        z.writestr("mpich-9.9.data/data/lib/libmpi.so.12", "")
+    with zipfile.ZipFile(wheels / "mpi4py-8.8-cp3-none-any.whl", "w") as z:
+        z.writestr("mpi4py/__init__.py", "__version__ = '8.8'\n")
+    script = REPO / "benchmarks" / "lent_node.sh"
+    run = dict(capture_output=True, text=True, timeout=120)
+    e = {**env(), "PYTHON": sys.executable}
+    p = subprocess.run(["bash", script, "--help"], env={**e, "WHEELS": str(wheels)}, **run)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == "lent_node: MPICH 9.9, mpi4py 8.8" and "--global-batches" in p.stdout
+    p = subprocess.run(["bash", script, "--help"], env={**e, "WHEELS": str(tmp_path)}, **run)
+    assert p.returncode == 1 and p.stderr.strip().count("\n") == 0
+    assert p.stderr.startswith(f"error: {tmp_path}: expected the mpich and mpi4py wheels")
