@@ -296,7 +296,8 @@ def test_a_fixed_global_batch_is_predicted_at_every_count_that_divides_it_agains
     assert fixed.loc[4, "speedup"] == pytest.approx(1e-5 * 1000 / fixed.loc[4, "epoch_s"])
     # the split run itself gets a prediction, from the batches around its 6
     assert np.isfinite(predicted_epochs(runs, link).iloc[-1])
-    assert set(table[table["scaling"] == "strong"]["batch_size"]) == {4, 6, 12}
+    # the throughput lines are the batches a 1-rank run measured: none at 6, read between 4 and 12
+    assert set(table[table["scaling"] == "strong"]["batch_size"]) == {4, 12}
 
 
 def _key(runs, **at):

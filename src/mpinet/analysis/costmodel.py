@@ -369,8 +369,8 @@ def _work(run, compute: dict) -> Work | None:
 
 def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
     """Predicted epoch time of the designs the runs ran (the original's two when they ran only
-    serial) at every rank count, for each configuration the runs measured and each link (name ->
-    Link): throughput scaling ("strong": speedup and efficiency at the run's batch per rank on its
+    serial) at every rank count, for each configuration the runs measured at a batch a 1-rank run
+    measured too, and each link (name -> Link): throughput scaling ("strong": speedup and efficiency at the run's batch per rank on its
     training set), weak scaling for samples_per_rank runs (the 1-rank epoch with K samples over the
     P-rank epoch with K per training rank), and each fixed global batch G the runs split over ranks
     and a 1-rank run measured ("global": at every P whose training ranks divide G, G/P a rank,
@@ -387,7 +387,8 @@ def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
     axes = [(c, "weak" if c.get("samples_per_rank", 0) else "strong") for _, c in configs.iterrows()]
     axes += [(c, "global") for _, c in _global_axes(runs[~weak_runs], compute).iterrows()]
     for c, scaling in axes:
-        if (work := _work(c, compute)) is None:
+        # a line per batch a 1-rank run measured (a global axis's base is one): no line from a reading between
+        if tuple(c.get(k, "unknown") for k in FIT_KEYS) not in compute or (work := _work(c, compute)) is None:
             continue
         per_rank = int(c.get("samples_per_rank", 0) or 0)
         designs = _designs(runs[runs["dataset"] == c["dataset"]])
@@ -432,9 +433,8 @@ def _global_axes(runs: pd.DataFrame, compute: dict) -> pd.DataFrame:
     ranks split G, of a configuration a 1-rank run measured at G (the axis's base)."""
     runs = runs.assign(global_batch=global_batches(runs))
     split = runs[runs["global_batch"] > runs["batch_size"]]
-    axes = split.assign(batch_size=split["global_batch"]).drop_duplicates(
-        subset=[*FIT_KEYS, "sync_every", "features", "classes", "trained_samples"]
-    )
+    keys = [*FIT_KEYS, "sync_every", "features", "classes", "trained_samples"]
+    axes = split.assign(batch_size=split["global_batch"]).drop_duplicates(subset=[k for k in keys if k in runs])
     based = [tuple(r[k] for k in FIT_KEYS) in compute for _, r in axes.iterrows()]
     return axes[pd.Series(based, index=axes.index, dtype=bool)]
 
