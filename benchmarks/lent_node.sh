@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # benchmarks/node.py on a lent machine that has Python, numpy and pandas but no MPI, no pip index and
 # no unzip (docs/performance.md, "A whole node"). From a bare checkout whose WHEELS folder (.wheels/ by
-# default; `make lent-wheels PY=3.12` fills it for that machine's Python) holds the MPICH, mpi4py and
+# default; `make lent-wheels LENT_PYTHON=3.12` fills it for that machine's Python) holds the MPICH, mpi4py and
 # threadpoolctl wheels: unpacks them with Python's zipfile, puts MPICH's bin first on PATH and its lib
 # on LD_LIBRARY_PATH, and runs node.py with this script's arguments (--out $OUT, --budget, ...).
 #   WHEELS=.wheels bash benchmarks/lent_node.sh --out "$OUT" --budget 420
@@ -10,9 +10,17 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 WHEELS=${WHEELS:-.wheels}
 if ! compgen -G "$WHEELS/mpich-*.whl" >/dev/null || ! compgen -G "$WHEELS/mpi4py-*.whl" >/dev/null; then
-	echo "error: $WHEELS: expected the mpich and mpi4py wheels for this Python (make lent-wheels PY=X.Y)" >&2
+	echo "error: $WHEELS: expected the mpich and mpi4py wheels for this Python (make lent-wheels LENT_PYTHON=X.Y)" >&2
 	exit 1
 fi
+# mpi4py is compiled for one Python: a wheel for another imports without its MPI module
+here=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+for wheel in "$WHEELS"/mpi4py-*.whl; do
+	if [[ $(basename "$wheel") != *"-cp${here/./}-"* ]]; then
+		echo "error: $wheel is not for this Python $here (make lent-wheels LENT_PYTHON=$here)" >&2
+		exit 1
+	fi
+done
 unpacked=$(mktemp -d)
 trap 'rm -rf "$unpacked"' EXIT
 "$PYTHON" - "$WHEELS" "$unpacked" <<'PY'

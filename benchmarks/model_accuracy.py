@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     p.add_argument("--into", metavar="FILE", help="with --markdown-from: replace FILE's generated section of it")
     a = p.parse_args(argv)
     if a.markdown_from:
-        text = markdown(json.loads(Path(a.markdown_from).read_text()))
+        text = markdown(read_report(Path(a.markdown_from)))
         if a.into:
             replace_section(Path(a.into), f"{BEGIN}{a.markdown_from} ", text)
         else:
@@ -132,6 +132,11 @@ def variant(c) -> str:
 def from_study(study: Path) -> dict:
     """Every run of a finished study that the model predicted on several ranks, and the machine it ran on."""
     metrics = study / "metrics"
+    for table in ("runs.csv", "environment.csv"):
+        if not (metrics / table).is_file():
+            raise SystemExit(
+                f"error: {metrics / table}: no such file (--from-study takes a finished study's results/<study>)"
+            )
     runs = pd.read_csv(metrics / "runs.csv")
     missing = sorted({*CELL_COLUMNS} - set(runs))
     if missing:
@@ -153,6 +158,19 @@ def from_study(study: Path) -> dict:
         "commit": commit,
         "cells": json.loads(cells.to_json(orient="records")),
     }
+
+
+def read_report(path: Path) -> dict:
+    """A --from-study JSON, or a one-line error naming the file and what it lacks."""
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) else e
+        raise SystemExit(f"error: {path}: not a readable JSON ({why})") from None
+    keys = ("study", "mpinet", "machine", "date", "commit", "cells")
+    if not isinstance(report, dict) or (missing := [k for k in keys if k not in report]):
+        raise SystemExit(f"error: {path}: not a --from-study JSON (no {', '.join(missing or keys)})")
+    return report
 
 
 def markdown(report: dict) -> str:

@@ -805,7 +805,8 @@ def _machine(cores: int) -> str:
     from mpinet.engine.runfiles import cpu_model
 
     return (
-        f"{cpu_model()}, {cores} cores; Python {platform.python_version()}, numpy {np.__version__}; {library().version}"
+        f"{cpu_model()}, {cores} cores; Python {platform.python_version()}, numpy {np.__version__}; "
+        + " ".join(library().version.split())  # MPICH pads its "Version:" line
     )
 
 

@@ -449,6 +449,12 @@ def test_a_finished_study_s_model_error_is_written_with_its_machine_and_scored_a
     assert "| iris | - | allreduce | 2 | 4 | 8 | 1 | 10.00 | 8.00 | -20 % |" in text
     assert "| iris | faithful | allreduce | 2 | 4 | 8 | 2 | 10.00 | 11.00 | +10 % |" in text
     assert "over these 2 runs: **15 %**; 1 more" in text and "| 3 |" not in text
+    # bad input: one line naming the file and what it lacks
+    with pytest.raises(SystemExit, match=r"^error: .*none/metrics/runs.csv: no such file"):
+        model.from_study(tmp_path / "none")
+    (tmp_path / "empty.json").write_text("{}")
+    with pytest.raises(SystemExit, match=r"empty.json: not a --from-study JSON \(no study, mpinet"):
+        model.read_report(tmp_path / "empty.json")
 
 
 def test_the_docs_model_table_is_generated_from_its_committed_json():
@@ -479,7 +485,8 @@ def test_the_lent_node_script_unpacks_the_wheels_it_is_given_and_refuses_a_folde
         info.external_attr = (stat.S_IFREG | 0o755) << 16
         z.writestr(info, "#!/bin/sh\necho 'HYDRA build details:'\necho '    Version:     9.9'\n")
         z.writestr("mpich-9.9.data/data/lib/libmpi.so.12", "")
-    with zipfile.ZipFile(wheels / "mpi4py-8.8-cp3-none-any.whl", "w") as z:
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    with zipfile.ZipFile(wheels / f"mpi4py-8.8-{tag}-{tag}-linux_x86_64.whl", "w") as z:
         z.writestr("mpi4py/__init__.py", "__version__ = '8.8'\n")
     script = REPO / "benchmarks" / "lent_node.sh"
     run = dict(capture_output=True, text=True, timeout=120)
@@ -490,3 +497,8 @@ def test_the_lent_node_script_unpacks_the_wheels_it_is_given_and_refuses_a_folde
     p = subprocess.run(["bash", script, "--help"], env={**e, "WHEELS": str(tmp_path)}, **run)
     assert p.returncode == 1 and p.stderr.strip().count("\n") == 0
     assert p.stderr.startswith(f"error: {tmp_path}: expected the mpich and mpi4py wheels")
+    # an mpi4py built for another Python imports without its MPI: refused before anything runs
+    (wheels / f"mpi4py-8.8-{tag}-{tag}-linux_x86_64.whl").rename(wheels / "mpi4py-8.8-cp30-cp30-linux_x86_64.whl")
+    p = subprocess.run(["bash", script, "--help"], env={**e, "WHEELS": str(wheels)}, **run)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "is not for this Python" in p.stderr
+    assert f"make lent-wheels LENT_PYTHON={sys.version_info[0]}.{sys.version_info[1]}" in p.stderr

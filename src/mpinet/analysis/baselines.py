@@ -148,7 +148,7 @@ def speedup_notes(runs: pd.DataFrame) -> pd.Series:
     efficiencies = runs[["efficiency", "global_efficiency"]].max(axis=1).to_numpy()
     for i, eff in enumerate(efficiencies):
         if eff > SUPERLINEAR:
-            notes[i].append(f"superlinear: efficiency {eff:.2f} > {SUPERLINEAR} (a slow or contended base?)")
+            notes[i].append(f"superlinear: efficiency {eff:.3f} > {SUPERLINEAR} (a slow or contended base?)")
     serial = serial_runs(runs).to_numpy()
     return pd.Series(["" if s else "; ".join(n) for n, s in zip(notes, serial)], index=runs.index)
 

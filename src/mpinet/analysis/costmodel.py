@@ -370,11 +370,11 @@ def _work(run, compute: dict) -> Work | None:
 def predict(runs: pd.DataFrame, links: dict, rank_counts) -> pd.DataFrame:
     """Predicted epoch time of the designs the runs ran (the original's two when they ran only
     serial) at every rank count, for each configuration the runs measured at a batch a 1-rank run
-    measured too, and each link (name -> Link): throughput scaling ("strong": speedup and efficiency at the run's batch per rank on its
-    training set), weak scaling for samples_per_rank runs (the 1-rank epoch with K samples over the
-    P-rank epoch with K per training rank), and each fixed global batch G the runs split over ranks
-    and a 1-rank run measured ("global": at every P whose training ranks divide G, G/P a rank,
-    against the 1-rank epoch at G)."""
+    measured too, and each link (name -> Link): throughput scaling ("strong": speedup and efficiency
+    at the run's batch per rank on its training set), weak scaling for samples_per_rank runs (the
+    1-rank epoch with K samples over the P-rank epoch with K per training rank), and each fixed global
+    batch G the runs split over ranks and a 1-rank run measured ("global": at every P whose training
+    ranks divide G, G/P a rank, against the 1-rank epoch at G)."""
     compute = fit_compute(runs)
     rows = []
     runs = _with_table_columns(runs)

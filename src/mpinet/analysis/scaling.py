@@ -326,18 +326,19 @@ def _model_panels(model: pd.DataFrame, strong: tuple, weak_ax, global_ax, measur
     if weak_ax is not None:  # a weak line's training set grows with its ranks
         weak = [k for k in keys if k != "trained_samples"]
         _model_lines([weak_ax], model[scaled == "weak"], ("weak_efficiency",), weak, measured, note)
-    if global_ax is not None:  # a global line's batch per rank shrinks as its ranks grow
+    if global_ax is not None:  # a global line's batch per rank shrinks as its ranks grow, at each count dividing it
         fixed = [*(k for k in keys if k != "batch_size"), "global_batch"]
-        _model_lines([global_ax], model[scaled == "global"], ("speedup",), fixed, measured, note)
+        _model_lines([global_ax], model[scaled == "global"], ("speedup",), fixed, measured, note, every=True)
 
 
-def _model_lines(axes, model: pd.DataFrame, measures: tuple[str, ...], keys, measured: set, note: str) -> None:
+def _model_lines(axes, model: pd.DataFrame, measures, keys, measured: set, note: str, every: bool = False) -> None:
     """The cost model with this machine's alpha and beta, to 32 ranks: a line per configuration (keys)
     under the measured points, through the powers of two and the rank counts measured (between them
-    MPI's collectives switch algorithms at every power of two, and a line through every count zig-zags)."""
+    MPI's collectives switch algorithms at every power of two, and a line through every count zig-zags);
+    `every`: through every count the model has (a fixed global batch's few divisors)."""
     mine = model[model["link"] == "measured here"]
     configs = mine.groupby([k for k in keys if k in mine])
-    shown = mine["ranks"].isin({1 << k for k in range(8)} | measured)
+    shown = mine["ranks"].isin({1 << k for k in range(8)} | measured) | every
     for i, (_, config) in enumerate(configs):
         for algorithm, line in config[shown.loc[config.index]].groupby("algorithm"):
             for ax, y in zip(axes, measures):
