@@ -119,6 +119,8 @@ def _link(tmp: Path) -> Link:
 CELL_COLUMNS = ["dataset", "algorithm", "ranks", "batch_size", "global_batch", "seed", "repeat"]
 CELL_COLUMNS += ["faithful", "train_samples", "samples_per_rank"]
 CELL_COLUMNS += ["median_epoch_s", "model_epoch_s", "model_error", "isolated", "contention", "oversubscribed"]
+SPLIT_COLUMNS = ["median_compute_s", "median_comm_s"]  # where an epoch went (files before 2026-12-07 lack them)
+PROBE_BYTES = 512 << 10  # the message size whose one-way time the table quotes from the study's commbench.csv
 
 
 def variant(c) -> str:
@@ -138,12 +140,12 @@ def from_study(study: Path) -> dict:
                 f"error: {metrics / table}: no such file (--from-study takes a finished study's results/<study>)"
             )
     runs = pd.read_csv(metrics / "runs.csv")
-    missing = sorted({*CELL_COLUMNS} - set(runs))
+    missing = sorted({*CELL_COLUMNS, *SPLIT_COLUMNS} - set(runs))
     if missing:
         raise SystemExit(
-            f"{metrics / 'runs.csv'}: no column {', '.join(missing)} (aggregate it with this mpinet first)"
+            f"error: {metrics / 'runs.csv'}: no column {', '.join(missing)} (aggregate it with this mpinet first)"
         )
-    cells = runs[(runs["ranks"] > 1) & runs["model_error"].notna()][CELL_COLUMNS]
+    cells = runs[(runs["ranks"] > 1) & runs["model_error"].notna()][CELL_COLUMNS + SPLIT_COLUMNS]
     env = pd.read_csv(metrics / "environment.csv").drop_duplicates("field").set_index("field")["value"]
     machine = "; ".join(str(env[k]) for k in ("cpu", "blas", "mpi") if k in env)
     machine = (
@@ -156,8 +158,18 @@ def from_study(study: Path) -> dict:
         "mpinet": str(env.get("mpinet", "?")),  # the release that trained and aggregated it
         "machine": machine,
         "commit": commit,
+        "link": _probe(metrics / "commbench.csv"),
         "cells": json.loads(cells.to_json(orient="records")),
     }
+
+
+def _probe(bench_csv: Path) -> dict | None:
+    """The study's microbenchmark at PROBE_BYTES between 2 ranks: what the model took the link to be."""
+    if not bench_csv.is_file():
+        return None
+    bench = pd.read_csv(bench_csv)
+    row = bench[(bench["bytes"] == PROBE_BYTES) & (bench.get("ranks", 2) == 2)]
+    return {"bytes": PROBE_BYTES, "one_way_s": float(row["one_way_s"].iloc[0])} if len(row) else None
 
 
 def read_report(path: Path) -> dict:
@@ -183,15 +195,24 @@ def markdown(report: dict) -> str:
         f"Study `{report['study']}` (mpinet {report['mpinet']}) on {report['machine']}; scored {report['date']} "
         f"at {report['commit'][:10]}.",
         "",
-        "| dataset | variant | design | ranks | batch/rank | global batch | seed | measured epoch ms | model epoch ms "
-        "| error |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| dataset | variant | design | ranks | batch/rank | global batch | seed | measured epoch ms "
+        "| its compute, communication ms | model epoch ms | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if report.get("link"):
+        link = report["link"]
+        lines[0] += (
+            f" The study's microbenchmark moved {link['bytes'] >> 10} KiB one way between 2 ranks in "
+            f"{1e6 * link['one_way_s']:.0f} µs."
+        )
     for c in shown.itertuples():
+        split = "-"
+        if all(k in cells for k in SPLIT_COLUMNS):
+            split = f"{1e3 * c.median_compute_s:.2f}, {1e3 * c.median_comm_s:.2f}"
         lines.append(
             f"| {c.dataset} | {variant(c)} | {c.algorithm} | {c.ranks} | {c.batch_size} | {c.global_batch} "
-            f"| {c.seed} | "
-            f"{1e3 * c.median_epoch_s:.2f} | {1e3 * c.model_epoch_s:.2f} | {100 * c.model_error:+.0f} % |"
+            f"| {c.seed} | {1e3 * c.median_epoch_s:.2f} | {split} | {1e3 * c.model_epoch_s:.2f} "
+            f"| {100 * c.model_error:+.0f} % |"
         )
     lines += [
         "",

@@ -432,6 +432,7 @@ def test_a_finished_study_s_model_error_is_written_with_its_machine_and_scored_a
     metrics.mkdir(parents=True)
     base = dict(dataset="iris", global_batch=8, seed=1, repeat=1, faithful=False, train_samples=0, samples_per_rank=0)
     base |= dict(batch_size=4, median_epoch_s=0.01, isolated=True, contention="clean", oversubscribed=False)
+    base |= dict(median_compute_s=0.008, median_comm_s=0.002)
     rows = [
         dict(base, algorithm="serial", ranks=1, model_epoch_s=0.01, model_error=float("nan")),
         dict(base, algorithm="allreduce", ranks=2, model_epoch_s=0.008, model_error=-0.2),
@@ -441,13 +442,21 @@ def test_a_finished_study_s_model_error_is_written_with_its_machine_and_scored_a
     pd.DataFrame(rows).to_csv(metrics / "runs.csv", index=False)
     env = [("cpu", "CPU X"), ("cores", 2), ("mpi", "MPICH 5"), ("blas", "openblas"), ("python", "3.11")]
     pd.DataFrame(env, columns=["field", "value"]).assign(runs=4).to_csv(metrics / "environment.csv", index=False)
+    bench = {"bytes": [8, 512 << 10], "ranks": [2, 2], "one_way_s": [2e-6, 1e-4]}
+    pd.DataFrame(bench).to_csv(metrics / "commbench.csv", index=False)
     report = model.from_study(tmp_path / "s")
     assert report["study"] == "s" and report["machine"].startswith("CPU X; openblas; MPICH 5; 2 cores")
     assert [c["ranks"] for c in report["cells"]] == [2, 2, 3]
     assert held_out_error(pd.DataFrame(report["cells"]))["median_abs"] == pytest.approx(0.15)
     text = model.markdown(json.loads(json.dumps(report)))
-    assert "| iris | - | allreduce | 2 | 4 | 8 | 1 | 10.00 | 8.00 | -20 % |" in text
-    assert "| iris | faithful | allreduce | 2 | 4 | 8 | 2 | 10.00 | 11.00 | +10 % |" in text
+    assert "| iris | - | allreduce | 2 | 4 | 8 | 1 | 10.00 | 8.00, 2.00 | 8.00 | -20 % |" in text
+    assert "| iris | faithful | allreduce | 2 | 4 | 8 | 2 | 10.00 | 8.00, 2.00 | 11.00 | +10 % |" in text
+    assert "moved 512 KiB one way between 2 ranks in 100 µs." in text
+    # a file written before the split and the link were kept: the table says so with a dash
+    older = dict(
+        report, link=None, cells=[{k: v for k, v in c.items() if k not in model.SPLIT_COLUMNS} for c in report["cells"]]
+    )
+    assert "| iris | - | allreduce | 2 | 4 | 8 | 1 | 10.00 | - | 8.00 | -20 % |" in model.markdown(older)
     assert "over these 2 runs: **15 %**; 1 more" in text and "| 3 |" not in text
     # bad input: one line naming the file and what it lacks
     with pytest.raises(SystemExit, match=r"^error: .*none/metrics/runs.csv: no such file"):
