@@ -9,12 +9,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 WHEELS=${WHEELS:-.wheels}
+here=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 if ! compgen -G "$WHEELS/mpich-*.whl" >/dev/null || ! compgen -G "$WHEELS/mpi4py-*.whl" >/dev/null; then
-	echo "error: $WHEELS: expected the mpich and mpi4py wheels for this Python (make lent-wheels LENT_PYTHON=X.Y)" >&2
+	echo "error: $WHEELS: expected the mpich and mpi4py wheels for this Python (make lent-wheels LENT_PYTHON=$here)" >&2
 	exit 1
 fi
 # mpi4py is compiled for one Python: a wheel for another imports without its MPI module
-here=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 for wheel in "$WHEELS"/mpi4py-*.whl; do
 	if [[ $(basename "$wheel") != *"-cp${here/./}-"* ]]; then
 		echo "error: $wheel is not for this Python $here (make lent-wheels LENT_PYTHON=$here)" >&2

@@ -180,8 +180,10 @@ def read_report(path: Path) -> dict:
         why = e.strerror if isinstance(e, OSError) else e
         raise SystemExit(f"error: {path}: not a readable JSON ({why})") from None
     keys = ("study", "mpinet", "machine", "date", "commit", "cells")
-    if not isinstance(report, dict) or (missing := [k for k in keys if k not in report]):
-        raise SystemExit(f"error: {path}: not a --from-study JSON (no {', '.join(missing or keys)})")
+    missing = [k for k in keys if k not in report] if isinstance(report, dict) else list(keys)
+    if missing or not isinstance(report["cells"], list):
+        lacks = f"no {', '.join(missing)}" if missing else "its cells are no list"
+        raise SystemExit(f"error: {path}: not a --from-study JSON ({lacks})")
     return report
 
 

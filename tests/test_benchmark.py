@@ -464,6 +464,10 @@ def test_a_finished_study_s_model_error_is_written_with_its_machine_and_scored_a
     (tmp_path / "empty.json").write_text("{}")
     with pytest.raises(SystemExit, match=r"empty.json: not a --from-study JSON \(no study, mpinet"):
         model.read_report(tmp_path / "empty.json")
+    for text, why in (("[]", "no study"), (json.dumps(dict(report, cells=5)), "its cells are no list")):
+        (tmp_path / "odd.json").write_text(text)
+        with pytest.raises(SystemExit, match=rf"odd.json: not a --from-study JSON \({why}"):
+            model.read_report(tmp_path / "odd.json")
 
 
 def test_the_docs_model_table_is_generated_from_its_committed_json():
@@ -506,6 +510,7 @@ def test_the_lent_node_script_unpacks_the_wheels_it_is_given_and_refuses_a_folde
     p = subprocess.run(["bash", script, "--help"], env={**e, "WHEELS": str(tmp_path)}, **run)
     assert p.returncode == 1 and p.stderr.strip().count("\n") == 0
     assert p.stderr.startswith(f"error: {tmp_path}: expected the mpich and mpi4py wheels")
+    assert f"LENT_PYTHON={sys.version_info[0]}.{sys.version_info[1]})" in p.stderr
     # an mpi4py built for another Python imports without its MPI: refused before anything runs
     (wheels / f"mpi4py-8.8-{tag}-{tag}-linux_x86_64.whl").rename(wheels / "mpi4py-8.8-cp30-cp30-linux_x86_64.whl")
     p = subprocess.run(["bash", script, "--help"], env={**e, "WHEELS": str(wheels)}, **run)
