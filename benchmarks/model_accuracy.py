@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from conftest import write_dataset  # noqa: E402 (the tests' learnable random dataset)
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from node import Help, replace_section  # noqa: E402 (one help style, one way to rewrite a generated section)
+from node import Help, publish  # noqa: E402 (one help style, one way to print or rewrite a generated table)
 
 CONFIGS = (("serial", None), ("allreduce", 1), ("allreduce", 2))
 
@@ -56,12 +56,7 @@ def main(argv=None) -> int:
     p.add_argument("--into", metavar="FILE", help="with --markdown-from: replace FILE's generated section of it")
     a = p.parse_args(argv)
     if a.markdown_from:
-        text = markdown(read_report(Path(a.markdown_from)))
-        if a.into:
-            replace_section(Path(a.into), f"{BEGIN}{a.markdown_from} ", text)
-        else:
-            print(text, end="")
-        return 0
+        return publish(markdown(read_report(Path(a.markdown_from))), a.markdown_from, a.into, BEGIN)
     if a.from_study:
         report = from_study(Path(a.from_study))
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

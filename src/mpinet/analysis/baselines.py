@@ -77,8 +77,12 @@ def add_bases(runs: pd.DataFrame, experiment: list[str]) -> pd.DataFrame:
 
 def launch_clean(runs: pd.DataFrame) -> pd.Series:
     """Whether a launch's own conditions let its time be quoted: timed alone, a core for every rank,
-    and no rank's core taken while it trained (a run recorded before CPU time was kept counts as clean)."""
-    taken = runs["cpu_share"] < CLEAN_CPU_SHARE
+    and no rank's core taken while it trained (a run recorded before CPU time was kept counts as clean).
+    Reads runs.csv's contention where a table has it, else the CPU share it is made from."""
+    if "contention" in runs:
+        taken = runs["contention"] == "contended"
+    else:
+        taken = runs["cpu_share"] < CLEAN_CPU_SHARE
     return runs["isolated"].astype(bool) & ~runs["oversubscribed"].astype(bool) & ~taken
 
 

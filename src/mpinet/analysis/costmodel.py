@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from mpinet import MpinetError
+from mpinet.analysis.baselines import launch_clean
 from mpinet.engine.designs import AUTO, possible
 from mpinet.engine.grid import ROW_PASSES, WEIGHT_PASSES, grid_shape
 from mpinet.engine.model import Net
@@ -120,12 +121,9 @@ def fit_link(nbytes, seconds, source: str = "") -> Link:
 
 def scored(runs: pd.DataFrame) -> pd.Series:
     """The runs an error statistic of the model counts (runs.csv's columns): one it was not fitted on
-    and could price, timed alone, every rank with a core of its own (not contended, no more ranks than
-    cores). The model prices a core per rank on a quiet machine: what a busy one adds is not its error."""
-    alone = runs["isolated"].astype(bool) if "isolated" in runs else True
-    busy = (runs["contention"] == "contended") if "contention" in runs else False
-    crowded = runs["oversubscribed"].astype(bool) if "oversubscribed" in runs else False
-    return ~fitted(runs) & runs["model_error"].notna() & alone & ~busy & ~crowded
+    and could price, whose launch was clean (baselines.launch_clean: timed alone, every rank with a core
+    of its own). The model prices a core per rank on a quiet machine: what a busy one adds is not its error."""
+    return ~fitted(runs) & runs["model_error"].notna() & launch_clean(runs)
 
 
 def held_out_error(runs: pd.DataFrame) -> dict:
