@@ -4,6 +4,7 @@ documented, every bad input names a test that exists, and the generated referenc
 option."""
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -313,3 +314,21 @@ def test_the_slurm_page_s_modes_table_is_generated_from_the_benchmark_s_raw_numb
     assert len(rows) == len(data["modes"])
     for row, (mode, m) in zip(rows, data["modes"].items()):
         assert row.startswith(f"| {mode} ") and f"| {m['occupancy']:.2f} |" in row and f"| {m['slurm_jobs']} |" in row
+
+
+def test_every_raw_result_the_docs_name_is_committed_with_its_machine():
+    """A number the docs quote from a run names that run's JSON (docs/data/...): the file is committed
+    and records the machine it came from."""
+    pages = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+    named = set()
+    for page in pages:
+        named |= set(re.findall(r"(?<![\w/.-])((?:docs/data/)?[\w/-]+\.json)", page.read_text()))
+    committed = {p.relative_to(DOCS / "data").as_posix(): p for p in (DOCS / "data").rglob("*.json")}
+    named = {n for n in named if n == n.lower()}  # NAME.json in a command line is a placeholder
+    quoted = [n for n in named if n.startswith("docs/data/") or re.search(r"\d{4}-\d\d-\d\d", n)]
+    assert len(quoted) >= 10, sorted(named)
+    for name in quoted:
+        key = name.removeprefix("docs/data/")
+        path = committed.get(key) or next((p for k, p in committed.items() if k.endswith("/" + key)), None)
+        assert path is not None, f"the docs quote {name}, which docs/data/ does not hold"
+        assert json.loads(path.read_text()).get("machine"), f"{path} records no machine"
