@@ -18,7 +18,9 @@ def test_benchmark_script_writes_its_table(tmp_path):
     p = subprocess.run([*cmd, "--out", str(tmp_path)], capture_output=True, text=True, env=env(), timeout=300)
     assert p.returncode == 0, p.stderr
     table = next(tmp_path.glob("bench-*.md")).read_text()
-    for design in ("serial | 1", "allreduce | 2", "allgather | 2", "sharded | 2", "paramserver | 2"):
+    from mpinet.engine.designs import EXCHANGES
+
+    for design in ("serial | 1", "allreduce | 1", *(f"{d} | 2" for d in EXCHANGES if d != "serial")):
         assert f"| float32 | 4 | {design} | 1 | " in table  # one run each (--repeats 1, no noise check needed)
     for row in ("| float32 | 4 | serial [unfused] | 1 |", "| float32 | 4 | serial [before] | 1 |"):
         assert row in table
@@ -31,7 +33,10 @@ def test_benchmark_script_writes_its_table(tmp_path):
     at_once = [("allreduce, 2 ranks at once", n) for n in ("forward", "backward", "update", "step")]
     assert named == [("serial", "forward"), ("serial", "backward + update"), ("serial", "step"), *alone, *at_once]
     assert all(float(k[3]) > 0 and float(k[4]) > 0 for k in kernels)  # bound and measured milliseconds
-    assert next(tmp_path.glob("bench-*.json")).stat().st_size > 0
+    # the JSON alone makes the same report: the docs' table is generated from it
+    again = [*cmd[:2], "--markdown-from", str(next(tmp_path.glob("bench-*.json")))]
+    p = subprocess.run(again, capture_output=True, text=True, env=env(), timeout=60)
+    assert p.returncode == 0 and table.endswith(p.stdout) and table.startswith("## mpinet benchmark"), p.stderr
 
 
 def test_the_benchmark_repeats_a_configuration_until_its_median_holds_still():
@@ -516,3 +521,30 @@ def test_the_lent_node_script_unpacks_the_wheels_it_is_given_and_refuses_a_folde
     p = subprocess.run(["bash", script, "--help"], env={**e, "WHEELS": str(wheels)}, **run)
     assert p.returncode == 1 and p.stderr.count("\n") == 1 and "is not for this Python" in p.stderr
     assert f"make lent-wheels LENT_PYTHON={sys.version_info[0]}.{sys.version_info[1]}" in p.stderr
+
+
+def test_the_docs_training_table_is_generated_from_its_committed_json(tmp_path):
+    """docs/performance.md's bench.py report is the generator's output of the JSON committed beside it
+    (docs/data/bench/), which keeps the machine; a file that is no such result is refused in one line."""
+    import argparse
+
+    bench = _benchmark("bench")
+    doc = (REPO / "docs" / "performance.md").read_text()
+    sections = doc.split(bench.BEGIN)[1:]
+    assert sections, "docs/performance.md has no generated bench.py report"
+    for section in sections:
+        path = section.split()[0]
+        assert path.startswith("docs/data/bench/")
+        report = json.loads((REPO / path).read_text())
+        assert report["machine"]["machine"] and report["machine"]["cpu"]
+        body = section[section.index("\n") + 1 : section.index(_node().END)]
+        a = argparse.Namespace(**report["args"])
+        measured = [report[k] for k in ("runs", "gemm", "allreduce")]
+        rest = (a, report["n_params"], report["torch"], report["kernels"], report["bandwidth"], report["machine"])
+        assert body == "\n" + bench.summarize(*measured, *rest)["markdown"] + "\n"
+    bad = tmp_path / "other.json"
+    bad.write_text(json.dumps({"cells": []}))
+    cmd = [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--markdown-from", str(bad)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=60)
+    assert p.returncode == 1 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1
+    assert str(bad) in p.stderr and "not a bench.py result" in p.stderr
