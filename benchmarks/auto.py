@@ -117,15 +117,18 @@ def markdown(report: dict) -> str:
         f"[{low:.3f}, {high:.3f}]",
         yes[v["within"]],
     ]
-    return "\n".join(
-        [
-            "| " + " | ".join(head) + " |",
-            "|" + "---|" * len(head),
-            "| " + " | ".join(cells) + " |",
-            f"\nMeasured by `benchmarks/auto.py` ({a['ranks']} ranks, {a['batch']} a rank, {a['steps']} steps and "
-            f"{a['epochs']} timed epochs a launch, Intel-shaped float32) on {' '.join(m['machine'].split())}, "
-            f"commit {m['commit'][:10]}, {m['date']}; raw epoch times in {a['out']}; about half a minute.",
-        ]
+    return (
+        "\n".join(
+            [
+                "| " + " | ".join(head) + " |",
+                "|" + "---|" * len(head),
+                "| " + " | ".join(cells) + " |",
+                f"\nMeasured by `benchmarks/auto.py` ({a['ranks']} ranks, {a['batch']} a rank, {a['steps']} steps and "
+                f"{a['epochs']} timed epochs a launch, Intel-shaped float32) on {' '.join(m['machine'].split())}, "
+                f"commit {m['commit'][:10]}, {m['date']}; raw epoch times in {a['out']}; about half a minute.",
+            ]
+        )
+        + "\n"
     )
 
 
@@ -136,12 +139,7 @@ def main(argv=None) -> int:
 
     a = parse_args(argv)
     if a.markdown_from:
-        text = markdown(json.loads(Path(a.markdown_from).read_text()))
-        if a.into:
-            node.replace_section(Path(a.into), f"{BEGIN}{a.markdown_from} ", text)
-        else:
-            print(text)
-        return 0
+        return node.publish(markdown(json.loads(Path(a.markdown_from).read_text())), a.markdown_from, a.into, BEGIN)
     cores = os.cpu_count() or 1
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +163,7 @@ def main(argv=None) -> int:
             out.write_text(json.dumps(report, indent=1) + "\n")
     report["verdict"] = verdict(report)
     out.write_text(json.dumps(report, indent=1) + "\n")
-    print(markdown(report))
+    print(markdown(report), end="")
     return 0 if report["verdict"]["within"] and report["verdict"]["same_weights"] else 1
 
 

@@ -558,7 +558,12 @@ def publish(text: str, source: str, into: str | None, begin: str) -> int:
     """A benchmark's table made from `source` (its JSON): printed, or in place of the section of
     `into` that a line `begin + source` opens (every benchmark's --markdown-from and --into)."""
     if into:
-        replace_section(Path(into), f"{begin}{source} ", text)
+        try:
+            replace_section(Path(into), f"{begin}{source} ", text)
+        except (OSError, ValueError):
+            where = f"a line '{begin}{source} --into {into}; do not edit -->' and then '{END}'"
+            print(f"{into}: no section generated from {source} to rewrite (expected {where})", file=sys.stderr)
+            return 1
     else:
         print(text, end="")
     return 0

@@ -548,3 +548,13 @@ def test_the_docs_training_table_is_generated_from_its_committed_json(tmp_path):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=60)
     assert p.returncode == 1 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1
     assert str(bad) in p.stderr and "not a bench.py result" in p.stderr
+
+
+def test_a_generated_table_into_a_file_without_its_section_is_refused_in_one_line(tmp_path, capsys):
+    node = _node()
+    doc = tmp_path / "page.md"
+    doc.write_text("no generated section here\n")
+    assert node.publish("| a |\n", "docs/data/x.json", str(doc), node.BEGIN) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{doc}: no section generated from docs/data/x.json")
+    assert doc.read_text() == "no generated section here\n"
