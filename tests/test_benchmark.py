@@ -523,9 +523,9 @@ def test_the_lent_node_script_unpacks_the_wheels_it_is_given_and_refuses_a_folde
     assert f"make lent-wheels LENT_PYTHON={sys.version_info[0]}.{sys.version_info[1]}" in p.stderr
 
 
-def test_the_docs_training_table_is_generated_from_its_committed_json(tmp_path):
+def test_the_docs_training_table_is_generated_from_its_committed_json():
     """docs/performance.md's bench.py report is the generator's output of the JSON committed beside it
-    (docs/data/bench/), which keeps the machine; a file that is no such result is refused in one line."""
+    (docs/data/bench/), which keeps the machine."""
     import argparse
 
     bench = _benchmark("bench")
@@ -542,12 +542,6 @@ def test_the_docs_training_table_is_generated_from_its_committed_json(tmp_path):
         measured = [report[k] for k in ("runs", "gemm", "allreduce")]
         rest = (a, report["n_params"], report["torch"], report["kernels"], report["bandwidth"], report["machine"])
         assert body == "\n" + bench.summarize(*measured, *rest)["markdown"] + "\n"
-    bad = tmp_path / "other.json"
-    bad.write_text(json.dumps({"cells": []}))
-    cmd = [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--markdown-from", str(bad)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=60)
-    assert p.returncode == 1 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1
-    assert str(bad) in p.stderr and "not a bench.py result" in p.stderr
 
 
 def test_a_generated_table_into_a_file_without_its_section_is_refused_in_one_line(tmp_path, capsys):
@@ -558,3 +552,14 @@ def test_a_generated_table_into_a_file_without_its_section_is_refused_in_one_lin
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"{doc}: no section generated from docs/data/x.json")
     assert doc.read_text() == "no generated section here\n"
+
+
+@pytest.mark.parametrize("script", ["bench", "decode", "checkpoint"])
+def test_a_benchmark_refuses_another_s_json_in_one_line(script, tmp_path):
+    """--markdown-from a JSON that is not this benchmark's result: one line naming the file, exit 1."""
+    bad = tmp_path / "other.json"
+    bad.write_text(json.dumps({"cells": []}))
+    cmd = [sys.executable, str(REPO / "benchmarks" / f"{script}.py"), "--markdown-from", str(bad)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=60)
+    assert p.returncode == 1 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert str(bad) in p.stderr and f"not a {script}.py result" in p.stderr
