@@ -73,9 +73,11 @@ $(STAMP): requirements.txt mpi/$(MPI).txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
-# CONFIG checked in one line: Snakemake's own answer to a --configfile that is not there is a traceback
+# CONFIG checked in one line: Snakemake's own answer to a --configfile that is not there is a traceback,
+# and to one that is not YAML a line naming neither the file nor where
 study-config:
 	@test -f "$(CONFIG)" || { echo "error: CONFIG=$(CONFIG): no such file; the studies in config/: $$(cd config && ls *.yaml | paste -sd ' ')" >&2; exit 1; }
+	@python -m mpinet.study.status study $(CONFIG) > /dev/null
 
 # results/<study>/report.html rebuilt only when a table, figure or caption is newer than it
 # (snakemake --report rewrites it every time): a second `make run` with nothing to do does nothing

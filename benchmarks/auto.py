@@ -139,7 +139,7 @@ def main(argv=None) -> int:
 
     a = parse_args(argv)
     if a.markdown_from:
-        return node.publish(markdown(json.loads(Path(a.markdown_from).read_text())), a.markdown_from, a.into, BEGIN)
+        return node.publish_from(a.markdown_from, a.into, BEGIN, "auto.py", ("verdict", "args", "machine"), markdown)
     cores = os.cpu_count() or 1
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -149,17 +149,13 @@ WORKER_ARGS += ("markdown_from", "into")
 def render(path: str, into: str | None) -> int:
     """A finished run's report from its JSON alone: printed, or in place of FILE's generated section."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from node import publish  # here, not above: node.py imports this module (one way to publish a table)
+    from node import publish_from  # here, not above: node.py imports this module (one way to publish a table)
 
-    try:
-        r = json.loads(Path(path).read_text())
-        a = argparse.Namespace(**r["args"])
-        measured = [r[k] for k in ("runs", "gemm", "allreduce")]
-        rest = (a, r["n_params"], r["torch"], r["kernels"], r["bandwidth"], r["machine"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        print(f"bench.py: {path}: not a bench.py result with its arguments and machine ({e!r})", file=sys.stderr)
-        return 1
-    return publish(summarize(*measured, *rest)["markdown"], path, into, BEGIN)
+    def make(r: dict) -> str:
+        rest = (argparse.Namespace(**r["args"]), r["n_params"], r["torch"], r["kernels"], r["bandwidth"], r["machine"])
+        return summarize(r["runs"], r["gemm"], r["allreduce"], *rest)["markdown"]
+
+    return publish_from(path, into, BEGIN, "bench.py", ("runs", "args", "machine", "kernels"), make)
 
 
 # --- workloads ------------------------------------------------------------------------------

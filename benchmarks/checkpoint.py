@@ -65,15 +65,10 @@ def main(argv=None) -> int:
 
 
 def render(path: str, into: str | None) -> int:
-    """The table of a finished run's JSON: printed, or in place of FILE's generated section."""
-    from node import publish  # beside this file: one way to print or rewrite a generated table
+    """The tables of a finished run's JSON: printed, or in place of FILE's generated section."""
+    from node import publish_from  # beside this file: one way to print or rewrite a generated table
 
-    try:
-        text = markdown(json.loads(Path(path).read_text()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        print(f"checkpoint.py: {path}: not a checkpoint.py result with its machine ({e!r})", file=sys.stderr)
-        return 1
-    return publish(text, path, into, BEGIN)
+    return publish_from(path, into, BEGIN, "checkpoint.py", ("machine", "args", "times"), markdown)
 
 
 def markdown(report: dict) -> str:

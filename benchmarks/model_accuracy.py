@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from mpinet.analysis.aggregate import load_epochs, summarize_runs
-from mpinet.analysis.costmodel import Link, held_out_error, model_error, predicted_epochs, scored
+from mpinet.analysis.costmodel import Link, held_out_error, left_out_reasons, model_error, predicted_epochs, scored
 from mpinet.launch.launcher import mpiexec_argv
 from mpinet.study.experiments import DEFAULTS
 
@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from conftest import write_dataset  # noqa: E402 (the tests' learnable random dataset)
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from node import Help, publish  # noqa: E402 (one help style, one way to print or rewrite a generated table)
+from node import Help, publish, read_result  # noqa: E402 (one help style, one way to print or rewrite a generated table)
 
 CONFIGS = (("serial", None), ("allreduce", 1), ("allreduce", 2))
 
@@ -170,15 +170,11 @@ def _probe(bench_csv: Path) -> dict | None:
 def read_report(path: Path) -> dict:
     """A --from-study JSON, or a one-line error naming the file and what it lacks."""
     try:
-        report = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        why = e.strerror if isinstance(e, OSError) else e
-        raise SystemExit(f"error: {path}: not a readable JSON ({why})") from None
-    keys = ("study", "mpinet", "machine", "date", "commit", "cells")
-    missing = [k for k in keys if k not in report] if isinstance(report, dict) else list(keys)
-    if missing or not isinstance(report["cells"], list):
-        lacks = f"no {', '.join(missing)}" if missing else "its cells are no list"
-        raise SystemExit(f"error: {path}: not a --from-study JSON ({lacks})")
+        report = read_result(path, ("study", "mpinet", "machine", "date", "commit", "cells"), "--from-study JSON")
+    except SystemExit as e:
+        raise SystemExit(f"error: {e}") from None
+    if not isinstance(report["cells"], list):
+        raise SystemExit(f"error: {path}: not a --from-study JSON (its cells are no list)")
     return report
 
 
@@ -211,11 +207,12 @@ def markdown(report: dict) -> str:
             f"| {c.seed} | {1e3 * c.median_epoch_s:.2f} | {split} | {1e3 * c.model_epoch_s:.2f} "
             f"| {100 * c.model_error:+.0f} % |"
         )
+    why = left_out_reasons(e) or "none"
     lines += [
         "",
-        f"Median absolute error (predicted ÷ measured − 1) over these {e['cells']} runs: "
-        f"**{100 * e.get('median_abs', float('nan')):.0f} %**; {e['left_out']} more runs on several ranks were "
-        "not scored (contended, more ranks than cores or not timed alone: the model prices a core a rank).",
+        f"Median absolute error (predicted ÷ measured − 1) over these {e['cells']} run{'s' * (e['cells'] != 1)}: "
+        f"**{100 * e.get('median_abs', float('nan')):.0f} %**; {e['left_out']} more on several ranks "
+        f"{'was' if e['left_out'] == 1 else 'were'} not scored ({why}: the model prices a core a rank).",
     ]
     return "\n".join(lines) + "\n"
 

@@ -293,11 +293,22 @@ def test_the_front_page_scores_the_model_on_runs_it_was_not_fitted_on_with_a_cor
         "low": -0.2,
         "high": 0.1,
         "left_out": 1,
+        "reasons": {"contended": 1},
+        "unpriced": 0,
     }
-    runs.to_csv(tmp_path / "runs.csv", index=False)
-    page = headline_rst(tmp_path / "runs.csv", "A description.", "s")
-    line = next(line for line in page.splitlines() if line.startswith("**Cost model**"))
-    assert "**15 %** over the 2 run(s)" in line and "from -20 to +10 %" in line and "1 more on several" in line
-    assert _render(page) == ""
-    runs.assign(model_error=float("nan")).to_csv(tmp_path / "runs.csv", index=False)
-    assert "no run on several ranks to score it on" in headline_rst(tmp_path / "runs.csv", "A description.", "s")
+
+    def line(table) -> str:
+        table.to_csv(tmp_path / "runs.csv", index=False)
+        page = headline_rst(tmp_path / "runs.csv", "A description.", "s")
+        assert _render(page) == ""
+        return next(line for line in page.splitlines() if line.startswith("**Cost model**"))
+
+    text = line(runs)
+    assert "**15 %** over the 2 runs" in text and "from -20 to +10 %" in text
+    assert "1 more on several ranks is not scored (1 contended)" in text
+    one = line(runs.assign(model_error=[float("nan"), -0.2, float("nan"), -0.6]))  # one scored, one unpriced
+    assert "over the 1 run on" in one and "− 1: -20 %;" in one and "from" not in one
+    assert "1 on several ranks could not be priced: no 1-rank run" in one
+    none = line(runs.assign(model_error=float("nan")))  # no 1-rank run of theirs: nothing priced
+    assert none.startswith("**Cost model**: not scored. 3 on several ranks could not be priced")
+    assert line(runs[runs["ranks"] == 1]) == "**Cost model**: not scored: no run on several ranks."

@@ -554,12 +554,16 @@ def test_a_generated_table_into_a_file_without_its_section_is_refused_in_one_lin
     assert doc.read_text() == "no generated section here\n"
 
 
-@pytest.mark.parametrize("script", ["bench", "decode", "checkpoint"])
+@pytest.mark.parametrize("script", ["node", "auto", "bench", "decode", "checkpoint"])
 def test_a_benchmark_refuses_another_s_json_in_one_line(script, tmp_path):
-    """--markdown-from a JSON that is not this benchmark's result: one line naming the file, exit 1."""
+    """--markdown-from a JSON that is not this benchmark's result, or no file: one line naming it, exit 1."""
     bad = tmp_path / "other.json"
     bad.write_text(json.dumps({"cells": []}))
     cmd = [sys.executable, str(REPO / "benchmarks" / f"{script}.py"), "--markdown-from", str(bad)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=60)
     assert p.returncode == 1 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, p.stderr
-    assert str(bad) in p.stderr and f"not a {script}.py result" in p.stderr
+    assert str(bad) in p.stderr and f"not a result of {script}.py" in p.stderr
+    cmd[-1] = str(tmp_path / "missing.json")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=60)
+    why = "not a readable JSON (No such file or directory)"
+    assert p.returncode == 1 and p.stderr == f"{script}.py: {cmd[-1]}: {why}\n"

@@ -195,3 +195,17 @@ def test_a_study_whose_preparation_fails_shows_it_failed_and_says_once_that_it_o
     assert lines[2].startswith("failed   flowers allreduce 1 rank batch 4 seed 1 ")
     assert lines[3].startswith(f"failed   flowers allreduce {over} ranks batch 4 seed 1 ")
     assert lines[4] == "2 failed of 2 experiments; prepare flowers failed"
+
+
+def test_a_config_that_is_not_yaml_is_one_line_naming_the_file_line_and_column(tmp_path, capsys):
+    """make run checks CONFIG with this before Snakemake, whose own message names neither."""
+    from mpinet.study.status import main
+
+    bad = tmp_path / "study.yaml"
+    bad.write_text("study: x\nexperiments:\n  - algorithm: [serial\n    ranks: 1\n")
+    assert main(["study", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: {bad}: not valid YAML (line 4, column 10: expected ',' or ']', but got ':')\n"
+    good = tmp_path / "fine.yaml"
+    good.write_text("study: fine\n")
+    assert main(["study", str(good)]) == 0 and capsys.readouterr().out == "fine\n"

@@ -38,3 +38,16 @@ def test_a_configuration_s_runs_on_one_node_and_on_two_are_two_rows(tmp_path):
     assert sorted(r["nodes"] for r in allreduce) == ["1", "2"] and all(r["runs"] == "1" for r in allreduce)
     head, *_ = _summary(tmp_path, _run("serial", 1, 4, 2.0), _run("allreduce", 2, 4, 1.1))
     assert "nodes" not in head  # one placement: no column
+
+
+def test_auto_s_runs_are_shown_as_the_design_they_trained(tmp_path):
+    """Repeats of an auto experiment share one choice (auto_choice.json); the summary names it, as the
+    report and the figures do ("auto → allreduce"), and keeps it apart from the design run by hand."""
+    auto = [dict(r, trained_as="allreduce") for r in _run("auto", 2, 4, 1.0)]
+    by_hand = [dict(r, trained_as="allreduce") for r in _run("allreduce", 2, 4, 1.1)]
+    serial = [dict(r, trained_as="serial") for r in _run("serial", 1, 4, 2.0)]
+    _table(serial, auto, by_hand).reset_index().to_csv(tmp_path / "runs.csv", index=False)
+    lines = summary_table(tmp_path / "runs.csv").splitlines()
+    assert "design" in lines[0].split()
+    assert sum("auto → allreduce" in line for line in lines) == 1
+    assert sum(" allreduce " in line and "auto" not in line for line in lines) == 1

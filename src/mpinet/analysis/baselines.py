@@ -77,13 +77,25 @@ def add_bases(runs: pd.DataFrame, experiment: list[str]) -> pd.DataFrame:
 
 def launch_clean(runs: pd.DataFrame) -> pd.Series:
     """Whether a launch's own conditions let its time be quoted: timed alone, a core for every rank,
-    and no rank's core taken while it trained (a run recorded before CPU time was kept counts as clean).
-    Reads runs.csv's contention where a table has it, else the CPU share it is made from."""
+    and no rank's core taken while it trained (a run recorded before CPU time was kept counts as clean)."""
+    return ~launch_faults(runs).any(axis=1)
+
+
+def launch_faults(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run, each condition that keeps its time from being quoted (a column each, named as a reader
+    says it). Reads runs.csv's contention where a table has it, else the CPU share it is made from."""
     if "contention" in runs:
         taken = runs["contention"] == "contended"
     else:
         taken = runs["cpu_share"] < CLEAN_CPU_SHARE
-    return runs["isolated"].astype(bool) & ~runs["oversubscribed"].astype(bool) & ~taken
+    return pd.DataFrame(
+        {
+            "not timed alone": ~runs["isolated"].astype(bool),
+            "on more ranks than cores": runs["oversubscribed"].astype(bool),
+            "contended": taken.astype(bool),
+        },
+        index=runs.index,
+    )
 
 
 def base_runs(runs: pd.DataFrame) -> pd.DataFrame:

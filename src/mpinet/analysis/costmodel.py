@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from mpinet import MpinetError
-from mpinet.analysis.baselines import launch_clean
+from mpinet.analysis.baselines import launch_clean, launch_faults
 from mpinet.engine.designs import AUTO, possible
 from mpinet.engine.grid import ROW_PASSES, WEIGHT_PASSES, grid_shape
 from mpinet.engine.model import Net
@@ -128,18 +128,32 @@ def scored(runs: pd.DataFrame) -> pd.Series:
 
 def held_out_error(runs: pd.DataFrame) -> dict:
     """The model's error (model_error) over the scored runs: how many, the median absolute error, the
-    lowest and highest, and how many other runs on more ranks were left out."""
+    lowest and highest; how many other priced runs on more ranks were left out, and for what (a run may
+    count under several reasons); how many on more ranks it could not price (no 1-rank run to fit on)."""
     errors = runs.loc[scored(runs), "model_error"]
-    left = int((~fitted(runs) & runs["model_error"].notna()).sum()) - len(errors)
-    if errors.empty:
-        return {"cells": 0, "left_out": left}
-    return {
+    several = ~fitted(runs)
+    priced = several & runs["model_error"].notna()
+    left = priced & ~scored(runs)
+    faults = launch_faults(runs[left]).sum()
+    found = {
         "cells": len(errors),
+        "left_out": int(left.sum()),
+        "reasons": {reason: int(n) for reason, n in faults.items() if n},
+        "unpriced": int((several & ~priced).sum()),
+    }
+    if errors.empty:
+        return found
+    return found | {
         "median_abs": float(errors.abs().median()),
         "low": float(errors.min()),
         "high": float(errors.max()),
-        "left_out": left,
     }
+
+
+def left_out_reasons(e: dict) -> str:
+    """held_out_error's reasons as text: "14 on more ranks than cores, 14 contended, counted per reason"."""
+    text = ", ".join(f"{n} {reason}" for reason, n in e["reasons"].items())
+    return text + ", counted per reason" if sum(e["reasons"].values()) > e["left_out"] else text
 
 
 def fitted(runs: pd.DataFrame) -> pd.Series:

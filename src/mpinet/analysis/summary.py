@@ -7,7 +7,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from mpinet.analysis.baselines import CLEAN_CPU_SHARE, has_speedup, notes, quotable, reason_kinds, serial_runs
-from mpinet.analysis.costmodel import held_out_error
+from mpinet.analysis.costmodel import held_out_error, left_out_reasons
 from mpinet.analysis.environment import environment_rst
 from mpinet.analysis.references import breach_lines, verdict_line
 from mpinet.study.experiments import varying
@@ -29,9 +29,10 @@ def summary_table(runs_csv: str | Path) -> str:
     """Per dataset, design and ranks: final accuracy, median epoch time, the step times' tail (p95 ÷
     p50), speedup, time to target, and how many seeds reached the target."""
     runs = pd.read_csv(runs_csv)
+    runs["design"] = _design_shown(runs)  # auto's runs as what they trained: "auto → node"
     # placed on several hosts counts as a variant: a configuration's runs on 1 and on 2 nodes are two rows
     placed = ["nodes"] if "nodes" in runs and runs["nodes"].nunique() > 1 else []
-    g = runs.groupby(["dataset", *varying(runs), *placed, "algorithm", "ranks"], sort=True)
+    g = runs.groupby(["dataset", *varying(runs), *placed, "design", "ranks"], sort=True)
     table = pd.DataFrame(
         {
             "runs": g.size(),  # its seeds × launches (an interval's own launches: the * note)
@@ -153,19 +154,28 @@ def headline_rst(
 def _model_line(runs: pd.DataFrame) -> str:
     """How near the cost model came to the runs it was not fitted on (costmodel.held_out_error)."""
     e = held_out_error(runs)
-    left = (
-        f" {e['left_out']} more on several ranks are not scored (not timed alone, contended or more ranks "
-        "than cores: the model prices a core per rank on a quiet machine)."
-        if e["left_out"]
-        else ""
-    )
+    notes = []
+    if e["left_out"]:
+        notes.append(
+            f" {e['left_out']} more on several ranks {'is' if e['left_out'] == 1 else 'are'} not scored "
+            f"({left_out_reasons(e)}): "
+            "the model prices a core per rank on a quiet machine."
+        )
+    if e["unpriced"]:
+        notes.append(
+            f" {e['unpriced']} on several ranks could not be priced: no 1-rank run of their configuration "
+            "to fit the model on."
+        )
+    left = "".join(notes)
     if not e["cells"]:
-        return f"**Cost model**: no run on several ranks to score it on.{left}"
+        return f"**Cost model**: not scored.{left}" if left else "**Cost model**: not scored: no run on several ranks."
+    spread = (
+        f"{100 * e['low']:+.0f} %" if e["cells"] == 1 else f"from {100 * e['low']:+.0f} to {100 * e['high']:+.0f} %"
+    )
     return (
         f"**Cost model** (fitted on the 1-rank runs and this machine's link): median absolute error "
-        f"**{100 * e['median_abs']:.0f} %** over the {e['cells']} run(s) on several ranks it was not fitted on "
-        f"(predicted ÷ measured − 1 from {100 * e['low']:+.0f} to {100 * e['high']:+.0f} %; "
-        f"runs.csv's model_error).{left}"
+        f"**{100 * e['median_abs']:.0f} %** over the {e['cells']} run{'s' * (e['cells'] > 1)} on several ranks it "
+        f"was not fitted on (predicted ÷ measured − 1: {spread}; runs.csv's model_error).{left}"
     )
 
 

@@ -175,6 +175,13 @@ def stale_runs(runs_csv: Path, engine: str) -> list[str]:
     return [str(Path(d) / METRICS_FILE) for d in runs.loc[engines.astype(str) != engine, "run_dir"]]
 
 
+def yaml_problem(e) -> str:
+    """A YAML parse error in one line: where (1-based line and column) and what, as PyYAML says it."""
+    mark = getattr(e, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"not valid YAML ({where}{getattr(e, 'problem', None) or e})"
+
+
 def main(argv=None) -> int:
     """python -m mpinet.study.status study|stale CONFIG: the study name a config file gets, or the runs
     its last tables say another engine timed (for the Makefile)."""
@@ -197,6 +204,9 @@ def main(argv=None) -> int:
             study = study_name(yaml.safe_load(f) or {}, [a.config])
     except OSError as e:
         print(f"error: {a.config}: {e.strerror}", file=sys.stderr)
+        return 1
+    except yaml.YAMLError as e:  # Snakemake's own message names neither the file nor the line
+        print(f"error: {a.config}: {yaml_problem(e)}", file=sys.stderr)
         return 1
     if a.what == "study":
         print(study)
