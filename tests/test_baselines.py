@@ -307,7 +307,8 @@ def test_the_front_page_scores_the_model_on_runs_it_was_not_fitted_on_with_a_cor
     assert "**15 %** over the 2 runs" in text and "from -20 to +10 %" in text
     assert "1 more on several ranks is not scored (1 contended)" in text
     one = line(runs.assign(model_error=[float("nan"), -0.2, float("nan"), -0.6]))  # one scored, one unpriced
-    assert "over the 1 run on" in one and "− 1: -20 %;" in one and "from" not in one
+    assert "absolute error **20 %** on the one run on several ranks" in one
+    assert "− 1: -20 %;" in one and "from" not in one
     assert "1 on several ranks could not be priced: no 1-rank run" in one
     none = line(runs.assign(model_error=float("nan")))  # no 1-rank run of theirs: nothing priced
     assert none.startswith("**Cost model**: not scored. 3 on several ranks could not be priced")

@@ -51,3 +51,9 @@ def test_auto_s_runs_are_shown_as_the_design_they_trained(tmp_path):
     assert "design" in lines[0].split()
     assert sum("auto → allreduce" in line for line in lines) == 1
     assert sum(" allreduce " in line and "auto" not in line for line in lines) == 1
+
+
+def test_the_one_launch_note_is_printed_only_under_a_starred_interval(tmp_path):
+    head, *rows = _summary(tmp_path, _run("serial", 1, 4, 2.0), _run("allreduce", 2, 4, 1.1))
+    text = summary_table(tmp_path / "runs.csv")
+    assert ("*: one launch" in text) == any(cell.endswith("*") for row in rows for cell in row)

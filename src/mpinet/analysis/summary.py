@@ -58,7 +58,7 @@ def summary_table(runs_csv: str | Path) -> str:
     if "global_speedup" in runs and fixed_global_batch(runs).any():  # beside ranks: what the ranks share
         table.insert(0, "global_batch", g["global_batch"].median().astype("Int64"))
     text = table.reset_index().to_string(index=False, na_rep="-")
-    if "ci_launches" in runs and (runs["ci_launches"] == 1).any():
+    if table.filter(like="_95ci").apply(lambda c: c.str.endswith("*")).any(axis=None):  # a starred cell shown
         text += "\n*: one launch; its interval covers only that launch's epochs (more with `repeats`)"
     if "global_speedup" in runs:
         text += (
@@ -172,9 +172,11 @@ def _model_line(runs: pd.DataFrame) -> str:
     spread = (
         f"{100 * e['low']:+.0f} %" if e["cells"] == 1 else f"from {100 * e['low']:+.0f} to {100 * e['high']:+.0f} %"
     )
+    over = f"median absolute error **{100 * e['median_abs']:.0f} %** over the {e['cells']} runs"
+    if e["cells"] == 1:
+        over = f"absolute error **{100 * e['median_abs']:.0f} %** on the one run"
     return (
-        f"**Cost model** (fitted on the 1-rank runs and this machine's link): median absolute error "
-        f"**{100 * e['median_abs']:.0f} %** over the {e['cells']} run{'s' * (e['cells'] > 1)} on several ranks it "
+        f"**Cost model** (fitted on the 1-rank runs and this machine's link): {over} on several ranks it "
         f"was not fitted on (predicted ÷ measured − 1: {spread}; runs.csv's model_error).{left}"
     )
 
