@@ -154,19 +154,19 @@ def headline_rst(
 def _model_line(runs: pd.DataFrame) -> str:
     """How near the cost model came to the runs it was not fitted on (costmodel.held_out_error)."""
     e = held_out_error(runs)
-    notes = []
+    parts = []
     if e["left_out"]:
-        notes.append(
+        parts.append(
             f" {e['left_out']} more on several ranks {'is' if e['left_out'] == 1 else 'are'} not scored "
             f"({left_out_reasons(e)}): "
             "the model prices a core per rank on a quiet machine."
         )
     if e["unpriced"]:
-        notes.append(
+        parts.append(
             f" {e['unpriced']} on several ranks could not be priced: no 1-rank run of their configuration "
             "to fit the model on."
         )
-    left = "".join(notes)
+    left = "".join(parts)
     if not e["cells"]:
         return f"**Cost model**: not scored.{left}" if left else "**Cost model**: not scored: no run on several ranks."
     spread = (
