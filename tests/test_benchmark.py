@@ -554,7 +554,7 @@ def test_a_generated_table_into_a_file_without_its_section_is_refused_in_one_lin
     assert doc.read_text() == "no generated section here\n"
 
 
-@pytest.mark.parametrize("script", ["node", "auto", "bench", "decode", "checkpoint"])
+@pytest.mark.parametrize("script", ["node", "auto", "bench", "decode", "checkpoint", "walltime"])
 def test_a_benchmark_refuses_another_s_json_in_one_line(script, tmp_path):
     """--markdown-from a JSON that is not this benchmark's result, or no file: one line naming it, exit 1."""
     bad = tmp_path / "other.json"
@@ -567,3 +567,16 @@ def test_a_benchmark_refuses_another_s_json_in_one_line(script, tmp_path):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=60)
     why = "not a readable JSON (No such file or directory)"
     assert p.returncode == 1 and p.stderr == f"{script}.py: {cmd[-1]}: {why}\n"
+
+
+def test_walltime_writes_its_rows_with_the_machine_and_refuses_a_missing_study(tmp_path, capsys):
+    """walltime.py --out keeps what --markdown-from makes the docs' row of; no study is one line."""
+    walltime = _benchmark("walltime")
+    assert walltime.main([str(tmp_path / "nothing")]) == 2
+    assert "runs.csv does not exist; run the study" in capsys.readouterr().err
+    rows = [
+        {"size/measured": r, "model/measured": r / 3, "size_min": 1, "model_min": 1, "measured_s": 6.0}
+        for r in (1.0, 2.0, 4.0)
+    ]
+    text = walltime.markdown({"study": "s", "machine": {"date": "d", "machine": "m"}, "runs": rows})
+    assert "| s | 3 | median 2.00 (1.00–4.00) | median 0.67 (0.33–1.33) | 3 | 3 | 0.3 |" in text
