@@ -209,6 +209,7 @@ UNSET_OPENBLAS := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 benchmark: setup
 	$(UNSET_OPENBLAS) python benchmarks/decode.py
 	$(UNSET_OPENBLAS) python benchmarks/checkpoint.py
+	$(UNSET_OPENBLAS) python benchmarks/sync_every.py
 	$(UNSET_OPENBLAS) python benchmarks/bench.py
 	$(UNSET_OPENBLAS) python benchmarks/cold_rows.py
 	$(UNSET_OPENBLAS) python benchmarks/warm_gemm.py

@@ -554,7 +554,7 @@ def test_a_generated_table_into_a_file_without_its_section_is_refused_in_one_lin
     assert doc.read_text() == "no generated section here\n"
 
 
-@pytest.mark.parametrize("script", ["node", "auto", "bench", "decode", "checkpoint", "walltime"])
+@pytest.mark.parametrize("script", ["node", "auto", "bench", "decode", "checkpoint", "walltime", "sync_every"])
 def test_a_benchmark_refuses_another_s_json_in_one_line(script, tmp_path):
     """--markdown-from a JSON that is not this benchmark's result, or no file: one line naming it, exit 1."""
     bad = tmp_path / "other.json"
