@@ -1,7 +1,8 @@
 """Benchmark: what local SGD (allreduce's sync_every) does to epoch time and training, with the workflow.
 
 Runs the study benchmarks/sync_every.yaml describes (synthetic Intel-layout images at the real size,
-serial beside allreduce on 2 ranks with sync_every 1, 2, 4 and 8) in a directory of its own, reads
+serial beside allreduce on 2 ranks with sync_every 1, 2, 4 and 8) in a directory of its own, every
+job afresh (--forceall: a directory left from an earlier run is measured again, not read back), reads
 its runs.csv and writes each run's row with the machine as JSON (--out); `--markdown-from JSON
 [--into FILE]` makes the table docs/performance.md shows from that file alone.
 
@@ -10,6 +11,7 @@ its runs.csv and writes each run's row with the machine as JSON (--out); `--mark
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,22 +26,28 @@ COLUMNS += ["final_train_loss", "final_test_accuracy", "epochs"]
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sys.path.insert(0, str(HERE))
+    from node import Help  # one help style: the defaults shown
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=Help)
     p.add_argument("--directory", type=Path, default=Path("/tmp/sync-every"), help="where the study runs")
     p.add_argument("--cores", type=int, default=2, help="snakemake --cores")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/sync_every.json"), help="the JSON written")
     p.add_argument("--markdown-from", metavar="JSON", help="print the table of such a JSON, run nothing")
     p.add_argument("--into", metavar="FILE", help="with --markdown-from: replace FILE's generated section of it")
     a = p.parse_args(argv)
-    sys.path.insert(0, str(HERE))
+    if a.into and not a.markdown_from:
+        p.error("--into needs --markdown-from JSON")
     if a.markdown_from:
         from node import publish_from  # beside this file: one way to print or rewrite a generated table
 
         return publish_from(a.markdown_from, a.into, BEGIN, "sync_every.py", ("machine", "runs"), markdown)
     config = REPO / "benchmarks" / "sync_every.yaml"
-    cmd = ["snakemake", "--cores", str(a.cores), "--configfile", str(config), "--directory", str(a.directory)]
-    cmd += ["-s", str(REPO / "workflow" / "Snakefile")]
-    if subprocess.run(cmd).returncode:
+    cmd = [sys.executable, "-m", "snakemake", "--cores", str(a.cores), "--configfile", str(config)]
+    cmd += ["--directory", str(a.directory), "-s", str(REPO / "workflow" / "Snakefile"), "--forceall"]
+    # the study's jobs call this environment's python, snakemake and mpiexec, as under `make`
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if subprocess.run(cmd, env=env).returncode:
         print(f"sync_every.py: the study failed ({' '.join(cmd)})", file=sys.stderr)
         return 1
     from bench import environment  # one record of the machine for every benchmark

@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     if args.study_dir is None:
         p.error("a study directory (results/<study>) or --markdown-from JSON")
     if not (args.study_dir / "metrics/runs.csv").exists():
-        print(f"walltime.py: error: {args.study_dir}/metrics/runs.csv does not exist; run the study", file=sys.stderr)
+        print(f"walltime.py: error: {args.study_dir}: no finished study there (no metrics/runs.csv)", file=sys.stderr)
         return 2
     df = table(args.study_dir, args.data)
     print(df.to_string(index=False, float_format=lambda x: f"{x:.3g}"))

@@ -573,7 +573,7 @@ def test_walltime_writes_its_rows_with_the_machine_and_refuses_a_missing_study(t
     """walltime.py --out keeps what --markdown-from makes the docs' row of; no study is one line."""
     walltime = _benchmark("walltime")
     assert walltime.main([str(tmp_path / "nothing")]) == 2
-    assert "runs.csv does not exist; run the study" in capsys.readouterr().err
+    assert "nothing: no finished study there (no metrics/runs.csv)" in capsys.readouterr().err
     rows = [
         {"size/measured": r, "model/measured": r / 3, "size_min": 1, "model_min": 1, "measured_s": 6.0}
         for r in (1.0, 2.0, 4.0)
