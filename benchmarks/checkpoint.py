@@ -11,7 +11,6 @@ section of it (docs/performance.md's).
 """
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -53,14 +52,10 @@ def main(argv=None) -> int:
                 times[name].append(time.perf_counter() - t0)
                 print(f"  repeat {r + 1}/{a.repeats} {name}: {times[name][-1]:.2f} s", file=sys.stderr)
     from bench import environment  # beside this file: one record of the machine for every benchmark
+    from node import save_result
 
     report = {"machine": environment(), "args": {"epochs": a.epochs, "repeats": a.repeats}, "times": times}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"checkpoint-{report['machine']['date']}.json"
-    path.write_text(json.dumps(report, indent=1))
-    print(markdown(report), end="")
-    print(f"wrote {path}", file=sys.stderr)
+    save_result(report, Path(a.out) / f"checkpoint-{report['machine']['date']}.json", markdown)
     return 0
 
 

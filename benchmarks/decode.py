@@ -22,7 +22,6 @@ section of them (docs/performance.md's).
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -83,16 +82,12 @@ def main(argv=None) -> int:
         extra_times = _rounds(extras, a.repeats)
         reads = _reads(ds, a.repeats)
     from bench import environment  # beside this file: one record of the machine for every benchmark
+    from node import save_result
 
     args = {k: v for k, v in vars(a).items() if k not in ("out", "markdown_from", "into")}
     report = {"machine": environment(), "args": args, "images": n, "times": times, "extra_times": extra_times}
     report["reads"] = {str(b): row for b, row in reads.items()}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"decode-{report['machine']['date']}.json"
-    path.write_text(json.dumps(report, indent=1))
-    print(markdown(report), end="")
-    print(f"wrote {path}", file=sys.stderr)
+    save_result(report, Path(a.out) / f"decode-{report['machine']['date']}.json", markdown)
     return 0
 
 

@@ -570,6 +570,15 @@ def publish_from(path: str, into: str | None, begin: str, script: str, keys: tup
     return publish(text, path, into, begin)
 
 
+def save_result(report: dict, path: Path, make) -> None:
+    """A finished benchmark's JSON at path (its folder made), then its tables (make(report)) printed:
+    what --markdown-from makes of the file again (publish_from)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1))
+    print(make(report), end="")
+    print(f"wrote {path}", file=sys.stderr)
+
+
 def read_result(path, keys: tuple, kind: str) -> dict:
     """A benchmark's JSON, or SystemExit with one line naming the file and what it lacks."""
     try:

@@ -10,7 +10,6 @@ its runs.csv and writes each run's row with the machine as JSON (--out); `--mark
 """
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -51,14 +50,12 @@ def main(argv=None) -> int:
         print(f"sync_every.py: the study failed ({' '.join(cmd)})", file=sys.stderr)
         return 1
     from bench import environment  # one record of the machine for every benchmark
+    from node import save_result
 
     runs = pd.read_csv(a.directory / "results" / "sync_every" / "metrics" / "runs.csv")
     report = {"machine": environment(), "config": str(config.relative_to(REPO))}
     report["runs"] = runs[COLUMNS].to_dict("records")
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(report, indent=1))
-    print(markdown(report), end="")
-    print(f"wrote {a.out}", file=sys.stderr)
+    save_result(report, a.out, markdown)
     return 0
 
 

@@ -130,10 +130,11 @@ def held_out_error(runs: pd.DataFrame) -> dict:
     """The model's error (model_error) over the scored runs: how many, the median absolute error, the
     lowest and highest; how many other priced runs on more ranks were left out, and for what (a run may
     count under several reasons); how many on more ranks it could not price (no 1-rank run to fit on)."""
-    errors = runs.loc[scored(runs), "model_error"]
+    counted = scored(runs)
+    errors = runs.loc[counted, "model_error"]
     several = ~fitted(runs)
     priced = several & runs["model_error"].notna()
-    left = priced & ~scored(runs)
+    left = priced & ~counted
     faults = launch_faults(runs[left]).sum()
     found = {
         "cells": len(errors),
